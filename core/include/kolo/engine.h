@@ -1,0 +1,147 @@
+// kolo::Engine: one per rank. Owns the configuration, the tensor queue, the
+// controller, the backends, the fusion buffers and one background thread.
+//
+// Threading: enqueue*, shutdown, abort and the accessors may be called from
+// any thread. Completion callbacks and output allocators run on the
+// background thread, never under an engine lock, and must not block on other
+// kolo operations.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/config.h"
+#include "kolo/error.h"
+#include "kolo/store.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+// What the ranks negotiate about a tensor.
+struct Request {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  DeviceKind device = DeviceKind::kCpu;
+  int deviceIndex = -1;
+  ReduceOp reduceOp = ReduceOp::kSum;  // allreduce, reducescatter
+  double prescale = 1.0;               // multiplied in before the reduction
+  double postscale = 1.0;              // multiplied in after it
+  int root = 0;                        // broadcast
+  // alltoall: number of first-dimension rows sent to each rank (size() ==
+  // world size); empty means an even split.
+  std::vector<int64_t> splits;
+};
+
+// Shape of an output whose size is known only after negotiation (allgather,
+// alltoall, reducescatter).
+using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
+
+// Where a tensor's bytes live on this rank. The memory must stay valid until
+// the handle completes.
+struct Entry {
+  const void* input = nullptr;  // may equal output (in place)
+  void* output = nullptr;       // allreduce/broadcast: same size as input
+  OutputAllocator allocate;     // allgather/alltoall/reducescatter
+  // Called on the background thread when the operation ends, before waiters
+  // wake.
+  std::function<void(const Status&)> onDone;
+};
+
+struct HandleState;
+
+// Completion of one enqueued operation. Copyable; all copies share state.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<HandleState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  // True once the operation finished (successfully or not).
+  bool poll() const;
+  // Blocks until done or timeout; returns false on timeout.
+  bool waitFor(std::chrono::milliseconds timeout) const;
+  // Blocks until done and throws the operation's error, if any.
+  void wait() const;
+  // Valid once done.
+  Status status() const;
+  // Output shape decided by negotiation (allgather/alltoall/reducescatter).
+  std::vector<int64_t> outputShape() const;
+  // alltoall: rows received from each rank.
+  std::vector<int64_t> receivedSplits() const;
+  // join: the last rank to join.
+  int joinResult() const;
+
+ private:
+  std::shared_ptr<HandleState> state_;
+};
+
+// Counters for tests and benchmarks. Read with Engine::stats().
+struct EngineStats {
+  uint64_t cycles = 0;
+  uint64_t coordinatorRounds = 0;  // cycles that gathered requests to rank 0
+  uint64_t cachedResponses = 0;    // responses taken from the cache
+  uint64_t responses = 0;          // executed responses (after fusion)
+  uint64_t fusedTensors = 0;       // tensors executed inside multi-tensor responses
+  uint64_t backendCalls = 0;       // data-plane collective calls
+  uint64_t bytesReduced = 0;
+};
+
+class Engine {
+ public:
+  // Rendezvous with the other ranks through store (bounded by
+  // config.timeout), then starts the background thread. The store is
+  // prefixed internally; several engines may share one store if each gets
+  // its own PrefixStore.
+  Engine(Config config, Identity identity, std::shared_ptr<Store> store);
+  ~Engine();  // shutdown()
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues one operation. Errors in the request itself (duplicate name in
+  // flight, bad shape, unsupported dtype for the op, engine stopped) throw
+  // here; errors found in negotiation or execution complete the handle.
+  Handle enqueue(Request request, Entry entry);
+
+  // Queues several allreduces negotiated and fused as a unit: none runs
+  // until every member is ready on every rank.
+  std::vector<Handle> enqueueGroup(std::vector<Request> requests,
+                                   std::vector<Entry> entries);
+
+  // This rank ran out of data: from now on it takes part in allreduce
+  // (contributing zeros), allgather (contributing no rows) and broadcast
+  // without submitting them. Completes when every rank has joined; the
+  // handle's joinResult() is the last rank to join.
+  Handle join();
+
+  // Completes when every rank reached the barrier.
+  Handle barrier();
+
+  // Stops the background thread after telling the other ranks; pending
+  // operations fail with ShutdownError. Idempotent.
+  void shutdown();
+
+  // Fails this rank with message: every rank's pending and future
+  // operations fail with PeerFailure("rank R: message").
+  void abort(const std::string& message);
+
+  const Config& config() const;
+  const Identity& identity() const;
+  int rank() const { return identity().rank; }
+  int size() const { return identity().size; }
+  EngineStats stats() const;
+  // Set once the engine stopped because of a failure (its error); ok otherwise.
+  Status failure() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kolo

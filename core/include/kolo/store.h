@@ -1,0 +1,78 @@
+// Rendezvous key-value store: how ranks find each other.
+//
+// Implementations: HashStore (in-process, for tests running ranks as threads),
+// FileStore (shared filesystem), TcpStore (client of a TcpStoreServer hosted
+// by kolorun or by rank 0). All methods are thread-safe and bounded in time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kolo {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::vector<char>& value) = 0;
+
+  // Blocks until the key exists or timeout passes; throws kolo::Timeout.
+  virtual std::vector<char> get(const std::string& key,
+                                std::chrono::milliseconds timeout) = 0;
+
+  // Blocks until all keys exist or timeout passes; throws kolo::Timeout
+  // naming the missing keys.
+  virtual void wait(const std::vector<std::string>& keys,
+                    std::chrono::milliseconds timeout) = 0;
+
+  // Atomically adds delta to the integer stored at key (0 when missing) and
+  // returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+
+  // True when the key exists now; never blocks.
+  virtual bool check(const std::string& key) = 0;
+};
+
+// Wraps a store so every key gets a prefix; used to separate engine
+// generations and subsystems sharing one store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
+      : prefix_(std::move(prefix)), inner_(std::move(inner)) {}
+
+  void set(const std::string& key, const std::vector<char>& value) override {
+    inner_->set(prefix_ + key, value);
+  }
+  std::vector<char> get(const std::string& key,
+                        std::chrono::milliseconds timeout) override {
+    return inner_->get(prefix_ + key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys,
+            std::chrono::milliseconds timeout) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    inner_->wait(full, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return inner_->add(prefix_ + key, delta);
+  }
+  bool check(const std::string& key) override {
+    return inner_->check(prefix_ + key);
+  }
+
+ private:
+  std::string prefix_;
+  std::shared_ptr<Store> inner_;
+};
+
+// In-process store for ranks running as threads of one process.
+std::shared_ptr<Store> makeHashStore();
+
+// Store over files in a directory every rank can see.
+std::shared_ptr<Store> makeFileStore(const std::string& directory);
+
+}  // namespace kolo

@@ -1,0 +1,52 @@
+// Collectives: the data plane, one implementation per backend (comm/gloo,
+// comm/mpi, comm/nccl). Works on raw buffers; counts are in elements.
+//
+// Threading: called from the engine's background thread only, every rank in
+// the same order. Reduce ops are kSum, kMin, kMax and kProduct: the engine
+// turns kAverage into kSum plus a postscale before calling here. Errors
+// throw PeerFailure or Timeout like ControlChannel.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kolo/types.h"
+
+namespace kolo::comm {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+
+  // Short backend name for messages and timelines ("gloo", "mpi", "nccl").
+  virtual const char* name() const = 0;
+
+  // In place on buf.
+  virtual void allreduce(void* buf, size_t count, DataType dtype,
+                         ReduceOp op) = 0;
+
+  // in holds counts[rank] elements; out receives every rank's block in rank
+  // order (sum(counts) elements).
+  virtual void allgatherv(const void* in, void* out,
+                          const std::vector<size_t>& counts,
+                          DataType dtype) = 0;
+
+  // In place on buf; root's contents win.
+  virtual void broadcast(void* buf, size_t count, DataType dtype,
+                         int root) = 0;
+
+  // Sends sendCounts[r] elements (consecutive blocks of in, in rank order) to
+  // rank r; receives recvCounts[r] elements from rank r into out, in rank
+  // order.
+  virtual void alltoallv(const void* in, const std::vector<size_t>& sendCounts,
+                         void* out, const std::vector<size_t>& recvCounts,
+                         DataType dtype) = 0;
+
+  // Reduces in (sum(recvCounts) elements) across ranks and leaves block
+  // `rank` (recvCounts[rank] elements) in out.
+  virtual void reducescatter(const void* in, void* out,
+                             const std::vector<size_t>& recvCounts,
+                             DataType dtype, ReduceOp op) = 0;
+};
+
+}  // namespace kolo::comm

@@ -1,0 +1,30 @@
+// Element-wise arithmetic on raw buffers for every kolo dtype: reductions,
+// scaling and half-precision conversion. Shared by backends (as their reduce
+// functions) and by the engine (prescale/postscale, CPU packing).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kolo/types.h"
+
+namespace kolo {
+
+// out[i] = a[i] (op) b[i] for n elements; out may alias a or b. op is
+// kSum, kMin, kMax or kProduct. bool: sum/max = OR, product/min = AND.
+void reduceElements(void* out, const void* a, const void* b, size_t n,
+                    DataType dtype, ReduceOp op);
+
+// buf[i] *= factor. Floating types only (integer scaling is refused at
+// enqueue); fp16/bf16 go through float.
+void scaleElements(void* buf, size_t n, DataType dtype, double factor);
+
+// Integer average: buf[i] /= divisor (truncating, like integer division).
+void divideElements(void* buf, size_t n, DataType dtype, int64_t divisor);
+
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);
+
+}  // namespace kolo
