@@ -64,6 +64,9 @@ class PrefixStore : public Store {
     return inner_->check(prefix_ + key);
   }
 
+  // The wrapped store (localAddressOf() looks through prefixes with it).
+  const std::shared_ptr<Store>& inner() const { return inner_; }
+
  private:
   std::string prefix_;
   std::shared_ptr<Store> inner_;

@@ -32,7 +32,8 @@ class TcpStoreServer {
   // malformed frame (for tests and logs).
   uint64_t rejectedConnections() const;
   // The server's own data as a Store, without a network hop (kolorun uses
-  // it to watch which ranks arrived).
+  // it to watch which ranks arrived). It may outlive the server; once the
+  // server is destroyed its blocking calls fail with PeerFailure.
   std::shared_ptr<Store> localStore() const;
 
  private:
@@ -48,7 +49,9 @@ struct TcpStoreOptions {
 
 // Connects (retrying until connectTimeout) and authenticates; throws
 // PeerFailure when the server refuses the secret and Timeout when it never
-// answers.
+// answers. The store is thread-safe: concurrent calls use separate pooled
+// connections, so a blocking get() does not delay other threads. Once the
+// server is gone calls fail with PeerFailure instead of reconnecting for long.
 std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
                                     const std::string& secret,
                                     TcpStoreOptions options = {});

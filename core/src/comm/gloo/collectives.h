@@ -1,0 +1,50 @@
+// The CPU data plane over gloo: gloo's ring algorithms for allreduce,
+// allgatherv, broadcast and alltoallv; a ring reduce-scatter of kolo's own.
+// Buffers are handed to gloo typed by their storage (float16/bfloat16 as
+// uint16_t, bool as uint8_t) so segments split on element boundaries, and
+// reductions call kolo::reduceElements.
+//
+// Threading: as comm::Collectives (one calling thread, same order on every
+// rank). Destroying it closes its connections so peers blocked in a call fail
+// with PeerFailure.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/gloo/context.h"
+
+namespace kolo::comm::gloo {
+
+class Collectives final : public comm::Collectives {
+ public:
+  explicit Collectives(std::unique_ptr<Context> context);
+
+  const char* name() const override { return "gloo"; }
+
+  void allreduce(void* buf, size_t count, DataType dtype,
+                 ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
+                  DataType dtype) override;
+  void broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& sendCounts,
+                 void* out, const std::vector<size_t>& recvCounts,
+                 DataType dtype) override;
+  void reducescatter(const void* in, void* out,
+                     const std::vector<size_t>& recvCounts, DataType dtype,
+                     ReduceOp op) override;
+
+ private:
+  // Ring reduce-scatter for size > 1 and a non-empty total; see .cc.
+  void ringReduceScatter(const char* in, char* out,
+                         const std::vector<size_t>& counts, DataType dtype,
+                         ReduceOp op, uint32_t tag);
+  void checkCounts(const std::vector<size_t>& counts, const char* what) const;
+
+  std::unique_ptr<Context> context_;
+  // Reduce-scatter working memory, grown on demand and reused across calls.
+  std::vector<char> scratch_;
+};
+
+}  // namespace kolo::comm::gloo

@@ -1,0 +1,162 @@
+#include "controller.h"
+
+#include <cstring>
+
+#include "fusion.h"
+#include "wire/wire.h"
+
+namespace kolo {
+namespace {
+
+// Status word: each flag is stored inverted so one AND allreduce computes
+// "no rank has X" for every flag along with the cache bits.
+constexpr uint64_t kNoUncached = 1u << 0;
+constexpr uint64_t kNoInvalid = 1u << 1;
+constexpr uint64_t kNoShutdown = 1u << 2;
+constexpr uint64_t kNoAbort = 1u << 3;
+constexpr uint64_t kAllClear = kNoUncached | kNoInvalid | kNoShutdown | kNoAbort;
+
+size_t cacheWords(int capacity) { return (static_cast<size_t>(capacity) + 63) / 64; }
+
+void setBit(std::vector<uint64_t>& words, size_t offset, int bit) {
+  words[offset + bit / 64] |= uint64_t{1} << (bit % 64);
+}
+
+bool testBit(const std::vector<uint64_t>& words, size_t offset, int bit) {
+  return (words[offset + bit / 64] >> (bit % 64)) & 1u;
+}
+
+// Stop exchange payload: "<flags>\n<message>".
+std::vector<char> encodeStop(const CycleInput& in) {
+  std::string s = std::string(in.abort ? "A" : "-") + (in.shutdown ? "S" : "-") + "\n" +
+                  in.abortMessage;
+  return std::vector<char>(s.begin(), s.end());
+}
+
+}  // namespace
+
+Controller::Controller(const Config& config, const Identity& identity,
+                       std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
+                       EngineStats& stats)
+    : config_(config),
+      identity_(identity),
+      channel_(std::move(channel)),
+      cache_(cache),
+      stats_(stats),
+      table_(identity.size),
+      bits_(1 + cacheWords(cache.capacity()), 0) {}
+
+CycleOutput Controller::runCycle(const CycleInput& input) {
+  CycleOutput out;
+  const size_t off = 1;
+  std::fill(bits_.begin(), bits_.end(), 0);
+  uint64_t status = kAllClear;
+  if (!input.uncached.empty()) status &= ~kNoUncached;
+  if (!input.invalidBits.empty()) status &= ~kNoInvalid;
+  if (input.shutdown) status &= ~kNoShutdown;
+  if (input.abort) status &= ~kNoAbort;
+  bits_[0] = status;
+  if (input.joined) {
+    for (int b = 0; b < cache_.capacity(); ++b) {
+      if (cache_.occupied(b)) setBit(bits_, off, b);
+    }
+  } else {
+    for (int b : input.readyBits) setBit(bits_, off, b);
+  }
+
+  channel_->allreduceAnd(bits_);
+  ++stats_.cycles;
+  status = bits_[0];
+
+  if ((status & kNoShutdown) == 0 || (status & kNoAbort) == 0) {
+    out.stop = true;
+    out.stopInfo = exchangeStop(input);
+    return out;
+  }
+
+  if ((status & kNoInvalid) == 0) {
+    std::vector<uint64_t> invalid(cacheWords(cache_.capacity()), 0);
+    for (int b : input.invalidBits) setBit(invalid, 0, b);
+    channel_->allreduceOr(invalid);
+    for (int b = 0; b < cache_.capacity(); ++b) {
+      if (testBit(invalid, 0, b)) {
+        out.evictedBits.push_back(b);
+        bits_[off + b / 64] &= ~(uint64_t{1} << (b % 64));
+        cache_.erase(b);
+      }
+    }
+  }
+
+  std::vector<Response> cached;
+  for (int b = 0; b < cache_.capacity(); ++b) {
+    if (testBit(bits_, off, b) && cache_.occupied(b)) cached.push_back(cache_.at(b));
+  }
+  stats_.cachedResponses += cached.size();
+  out.cached = fuseResponses(std::move(cached), config_.fusionThresholdBytes);
+
+  if ((status & kNoUncached) == 0) out.uncached = coordinate(input.uncached);
+  return out;
+}
+
+std::vector<Response> Controller::coordinate(const std::vector<RequestMsg>& mine) {
+  ++stats_.coordinatorRounds;
+  RequestList list;
+  list.rank = identity_.rank;
+  list.requests = mine;
+  auto gathered = channel_->gatherv(wire::encode(list), 0);
+  std::vector<char> encoded;
+  if (identity_.rank == 0) {
+    for (int r = 0; r < identity_.size; ++r) {
+      RequestList theirs = wire::decodeRequestList(gathered[r], identity_.size);
+      KOLO_ENFORCE(theirs.rank == r, "request list from rank " + std::to_string(r) +
+                                         " claims rank " + std::to_string(theirs.rank));
+      for (const auto& m : theirs.requests) table_.add(r, m);
+    }
+    ResponseList responses;
+    responses.responses = fuseResponses(table_.popReady(), config_.fusionThresholdBytes);
+    encoded = wire::encode(responses);
+  }
+  channel_->broadcast(encoded, 0);
+  return wire::decodeResponseList(encoded, identity_.size).responses;
+}
+
+StopInfo Controller::exchangeStop(const CycleInput& input) {
+  auto gathered = channel_->gatherv(encodeStop(input), 0);
+  std::vector<char> summary;
+  if (identity_.rank == 0) {
+    // "<rank> <flags>\n<message length>\n<message>" per rank.
+    std::string s;
+    for (int r = 0; r < identity_.size; ++r) {
+      std::string text(gathered[r].begin(), gathered[r].end());
+      auto nl = text.find('\n');
+      std::string flags = text.substr(0, nl);
+      std::string message = nl == std::string::npos ? "" : text.substr(nl + 1);
+      s += std::to_string(r) + " " + flags + "\n" + std::to_string(message.size()) + "\n" +
+           message;
+    }
+    summary.assign(s.begin(), s.end());
+  }
+  channel_->broadcast(summary, 0);
+  StopInfo info;
+  std::string s(summary.begin(), summary.end());
+  size_t pos = 0;
+  for (int r = 0; r < identity_.size && pos < s.size(); ++r) {
+    size_t nl1 = s.find('\n', pos);
+    std::string head = s.substr(pos, nl1 - pos);
+    size_t nl2 = s.find('\n', nl1 + 1);
+    size_t len = std::stoul(s.substr(nl1 + 1, nl2 - nl1 - 1));
+    std::string message = s.substr(nl2 + 1, len);
+    pos = nl2 + 1 + len;
+    std::string flags = head.substr(head.find(' ') + 1);
+    if (flags.size() >= 2 && flags[0] == 'A') {
+      info.abortedRanks.push_back(r);
+      info.abortMessages.push_back(message);
+    }
+    if (flags.size() >= 2 && flags[1] == 'S') info.shutdownRanks.push_back(r);
+  }
+  return info;
+}
+
+std::vector<MessageTable::Waiting> Controller::waiting() const { return table_.waiting(); }
+
+}  // namespace kolo

@@ -1,0 +1,247 @@
+#include "executor.h"
+
+#include <cstring>
+#include <limits>
+
+#include "reduce.h"
+
+namespace kolo {
+namespace {
+
+ReduceOp backendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+int64_t rowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+template <typename T>
+void fillTyped(void* buf, size_t count, T value) {
+  T* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = value;
+}
+
+template <typename T>
+void fillLimits(void* buf, size_t count, ReduceOp op) {
+  T v = op == ReduceOp::kMin ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest();
+  if (std::numeric_limits<T>::has_infinity) {
+    v = op == ReduceOp::kMin ? std::numeric_limits<T>::infinity()
+                             : -std::numeric_limits<T>::infinity();
+  }
+  fillTyped<T>(buf, count, v);
+}
+
+// Even split of rows over ranks; the first (rows % size) ranks get one more.
+std::vector<size_t> evenSplit(int64_t rows, int size) {
+  std::vector<size_t> out(size, static_cast<size_t>(rows / size));
+  for (int i = 0; i < rows % size; ++i) ++out[i];
+  return out;
+}
+
+}  // namespace
+
+void fillNeutral(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  const size_t bytes = count * elementSize(dtype);
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+    std::memset(buf, 0, bytes);
+    return;
+  }
+  if (op == ReduceOp::kProduct) {
+    switch (dtype) {
+      case DataType::kFloat32: return fillTyped<float>(buf, count, 1.0f);
+      case DataType::kFloat64: return fillTyped<double>(buf, count, 1.0);
+      case DataType::kFloat16: return fillTyped<uint16_t>(buf, count, 0x3c00);
+      case DataType::kBFloat16: return fillTyped<uint16_t>(buf, count, 0x3f80);
+      case DataType::kInt32: return fillTyped<int32_t>(buf, count, 1);
+      case DataType::kInt64: return fillTyped<int64_t>(buf, count, 1);
+      case DataType::kInt8: return fillTyped<int8_t>(buf, count, 1);
+      case DataType::kUInt8:
+      case DataType::kBool: return fillTyped<uint8_t>(buf, count, 1);
+    }
+  }
+  switch (dtype) {  // min / max
+    case DataType::kFloat32: return fillLimits<float>(buf, count, op);
+    case DataType::kFloat64: return fillLimits<double>(buf, count, op);
+    case DataType::kFloat16:
+      return fillTyped<uint16_t>(buf, count, op == ReduceOp::kMin ? 0x7c00 : 0xfc00);
+    case DataType::kBFloat16:
+      return fillTyped<uint16_t>(buf, count, op == ReduceOp::kMin ? 0x7f80 : 0xff80);
+    case DataType::kInt32: return fillLimits<int32_t>(buf, count, op);
+    case DataType::kInt64: return fillLimits<int64_t>(buf, count, op);
+    case DataType::kInt8: return fillLimits<int8_t>(buf, count, op);
+    case DataType::kUInt8: return fillLimits<uint8_t>(buf, count, op);
+    case DataType::kBool: return fillTyped<uint8_t>(buf, count, op == ReduceOp::kMin ? 1 : 0);
+  }
+}
+
+Executor::Executor(const Identity& identity, std::unique_ptr<comm::Collectives> collectives,
+                   EngineStats& stats)
+    : identity_(identity), collectives_(std::move(collectives)), stats_(stats) {}
+
+void Executor::execute(const Response& response, const std::vector<PendingOp*>& ops) {
+  switch (response.op) {
+    case OpType::kAllreduce: return allreduce(response, ops);
+    case OpType::kBroadcast: return broadcast(response, ops[0]);
+    case OpType::kAllgather: return allgather(response, ops[0]);
+    case OpType::kAlltoall: return alltoall(response, ops[0]);
+    case OpType::kReducescatter: return reducescatter(response, ops[0]);
+    case OpType::kBarrier:
+    case OpType::kJoin: return;  // negotiation itself was the synchronisation
+  }
+}
+
+void Executor::finishReduction(void* buf, size_t count, const Response& r) {
+  if (r.reduceOp == ReduceOp::kAverage) {
+    if (isFloatingPoint(r.dtype)) {
+      scaleElements(buf, count, r.dtype, r.postscale / identity_.size);
+      return;
+    }
+    divideElements(buf, count, r.dtype, identity_.size);
+  }
+  if (isFloatingPoint(r.dtype)) scaleElements(buf, count, r.dtype, r.postscale);
+}
+
+void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) {
+  const size_t esize = elementSize(r.dtype);
+  const size_t total = static_cast<size_t>(r.totalElements());
+  ++stats_.responses;
+  stats_.bytesReduced += total * esize;
+  void* buf;
+  const bool inPlace = ops.size() == 1 && ops[0] != nullptr;
+  if (inPlace) {
+    // One tensor: reduce in place in its output, no fusion-buffer copy.
+    const Entry& e = ops[0]->entry;
+    if (e.input != e.output && total > 0) std::memcpy(e.output, e.input, total * esize);
+    buf = e.output;
+  } else {
+    stats_.fusedTensors += ops.size() > 1 ? ops.size() : 0;
+    buf = fusion_.data(total * esize);
+    size_t offset = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const size_t n = static_cast<size_t>(numElements(r.shapes[i]));
+      char* dst = static_cast<char*>(buf) + offset * esize;
+      if (ops[i] != nullptr) {
+        if (n > 0) std::memcpy(dst, ops[i]->entry.input, n * esize);
+      } else {
+        fillNeutral(dst, n, r.dtype, r.reduceOp);
+      }
+      offset += n;
+    }
+  }
+  if (isFloatingPoint(r.dtype)) scaleElements(buf, total, r.dtype, r.prescale);
+  ++stats_.backendCalls;
+  collectives_->allreduce(buf, total, r.dtype, backendOp(r.reduceOp));
+  finishReduction(buf, total, r);
+  if (!inPlace) {
+    size_t offset = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const size_t n = static_cast<size_t>(numElements(r.shapes[i]));
+      if (ops[i] != nullptr && n > 0) {
+        std::memcpy(ops[i]->entry.output, static_cast<char*>(buf) + offset * esize, n * esize);
+      }
+      offset += n;
+    }
+  }
+}
+
+void Executor::broadcast(const Response& r, PendingOp* op) {
+  const size_t count = static_cast<size_t>(numElements(r.shapes[0]));
+  const size_t bytes = count * elementSize(r.dtype);
+  ++stats_.responses;
+  void* buf;
+  if (op != nullptr) {
+    const Entry& e = op->entry;
+    if (identity_.rank == r.root && e.input != e.output && bytes > 0) {
+      std::memcpy(e.output, e.input, bytes);
+    }
+    buf = e.output;
+  } else {
+    buf = scratch_.data(bytes);
+  }
+  ++stats_.backendCalls;
+  collectives_->broadcast(buf, count, r.dtype, r.root);
+}
+
+void Executor::allgather(const Response& r, PendingOp* op) {
+  const int64_t row = rowElements(r.shapes[0]);
+  std::vector<size_t> counts(identity_.size);
+  int64_t rows = 0;
+  for (int i = 0; i < identity_.size; ++i) {
+    counts[i] = static_cast<size_t>(r.rankDims[i] * row);
+    rows += r.rankDims[i];
+  }
+  std::vector<int64_t> shape = r.shapes[0];
+  if (shape.empty()) shape.push_back(0);
+  shape[0] = rows;
+  ++stats_.responses;
+  const size_t esize = elementSize(r.dtype);
+  void* out;
+  const void* in;
+  if (op != nullptr) {
+    out = op->entry.allocate(shape);
+    in = op->entry.input;
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+  } else {
+    out = scratch_.data(static_cast<size_t>(rows * row) * esize);
+    in = nullptr;
+  }
+  ++stats_.backendCalls;
+  collectives_->allgatherv(in, out, counts, r.dtype);
+}
+
+void Executor::alltoall(const Response& r, PendingOp* op) {
+  const int n = identity_.size;
+  const int me = identity_.rank;
+  const int64_t row = rowElements(op->msg.request.shape);
+  std::vector<size_t> send(n), recv(n);
+  std::vector<int64_t> received(n);
+  int64_t rows = 0;
+  for (int j = 0; j < n; ++j) {
+    send[j] = static_cast<size_t>(r.rankDims[me * n + j] * row);
+    received[j] = r.rankDims[j * n + me];
+    recv[j] = static_cast<size_t>(received[j] * row);
+    rows += received[j];
+  }
+  std::vector<int64_t> shape = op->msg.request.shape;
+  shape[0] = rows;
+  void* out = op->entry.allocate(shape);
+  {
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+    op->handle->receivedSplits = received;
+  }
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  collectives_->alltoallv(op->entry.input, send, out, recv, r.dtype);
+}
+
+void Executor::reducescatter(const Response& r, PendingOp* op) {
+  const int64_t row = rowElements(r.shapes[0]);
+  const int64_t rows = r.shapes[0].empty() ? 1 : r.shapes[0][0];
+  std::vector<size_t> counts = evenSplit(rows, identity_.size);
+  for (auto& c : counts) c *= static_cast<size_t>(row);
+  std::vector<int64_t> shape = r.shapes[0];
+  if (shape.empty()) shape.push_back(1);
+  shape[0] = static_cast<int64_t>(evenSplit(rows, identity_.size)[identity_.rank]);
+  void* out = op->entry.allocate(shape);
+  {
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+  }
+  const size_t total = static_cast<size_t>(rows * row);
+  const void* in = op->entry.input;
+  if (isFloatingPoint(r.dtype) && r.prescale != 1.0) {
+    void* tmp = fusion_.data(total * elementSize(r.dtype));
+    std::memcpy(tmp, in, total * elementSize(r.dtype));
+    scaleElements(tmp, total, r.dtype, r.prescale);
+    in = tmp;
+  }
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  collectives_->reducescatter(in, out, counts, r.dtype, backendOp(r.reduceOp));
+  finishReduction(out, counts[identity_.rank], r);
+}
+
+}  // namespace kolo

@@ -1,0 +1,86 @@
+#include "failure.h"
+
+#include <thread>
+#include <vector>
+
+namespace kolo {
+namespace {
+
+std::string abortKey(int rank) { return "abort/" + std::to_string(rank); }
+std::string aliveKey(int rank) { return "alive-after-failure/" + std::to_string(rank); }
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+void publishAbort(Store& store, int rank, const std::string& message) {
+  try {
+    store.set(abortKey(rank), std::vector<char>(message.begin(), message.end()));
+  } catch (...) {
+  }
+}
+
+Status stopStatus(const StopInfo& info, int myRank) {
+  if (!info.abortedRanks.empty()) {
+    std::string msg;
+    for (size_t i = 0; i < info.abortedRanks.size(); ++i) {
+      if (i) msg += "; ";
+      msg += "rank " + std::to_string(info.abortedRanks[i]) + " failed: " + info.abortMessages[i];
+    }
+    return Status{ErrorCode::kPeerFailure, msg};
+  }
+  for (int r : info.shutdownRanks) {
+    if (r == myRank) return Status{ErrorCode::kShutdown, "kolo was shut down on this rank"};
+  }
+  return Status{ErrorCode::kShutdown,
+                "rank " + joinRanks(info.shutdownRanks) +
+                    " shut down (called shutdown) while this operation was pending"};
+}
+
+Status diagnoseFailure(const std::exception& error, Store& store, const Identity& identity,
+                       std::chrono::milliseconds timeout) {
+  const std::string cause = error.what();
+  if (identity.size == 1) return Status{ErrorCode::kPeerFailure, cause};
+  std::vector<int> missing;
+  std::string messages;
+  try {
+    store.set(aliveKey(identity.rank), {'1'});
+    auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5));
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (int r = 0; r < identity.size; ++r) {
+      if (r == identity.rank) continue;
+      bool alive = false;
+      bool aborted = false;
+      while (true) {
+        aborted = store.check(abortKey(r));
+        alive = store.check(aliveKey(r));
+        if (aborted || alive || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (aborted) {
+        auto bytes = store.get(abortKey(r), std::chrono::seconds(1));
+        messages += (messages.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                    " failed: " + std::string(bytes.begin(), bytes.end());
+      } else if (!alive) {
+        missing.push_back(r);
+      }
+    }
+  } catch (const std::exception& e) {
+    return Status{ErrorCode::kPeerFailure,
+                  "lost contact with the other ranks and with the rendezvous store (" +
+                      std::string(e.what()) + "); first error: " + cause};
+  }
+  if (!messages.empty()) return Status{ErrorCode::kPeerFailure, messages};
+  if (!missing.empty()) {
+    return Status{ErrorCode::kPeerFailure,
+                  std::string(missing.size() == 1 ? "rank " : "ranks ") + joinRanks(missing) +
+                      " stopped responding (exited, crashed or hung): " + cause};
+  }
+  return Status{ErrorCode::kPeerFailure, cause};
+}
+
+}  // namespace kolo

@@ -1,0 +1,33 @@
+// Shared completion state behind kolo::Handle.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "kolo/engine.h"
+
+namespace kolo {
+
+struct HandleState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  std::vector<int64_t> outputShape;
+  std::vector<int64_t> receivedSplits;
+  int joinResult = -1;
+
+  // Called once, by the background thread (or by enqueue when the engine is
+  // already stopped). Results (outputShape...) must be set before.
+  void complete(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace kolo

@@ -1,0 +1,190 @@
+// Identity and rendezvous from whichever launcher started this process.
+#include <cerrno>
+#include <cstdlib>
+
+#include "kolo/config.h"
+#include "kolo/error.h"
+
+namespace kolo {
+namespace {
+
+class EnvReader {
+ public:
+  explicit EnvReader(const EnvLookup& env) : env_(env) {}
+
+  bool has(const std::string& name) const { return env_(name).has_value(); }
+
+  std::string str(const std::string& name, const std::string& fallback = "") const {
+    auto v = env_(name);
+    return v ? *v : fallback;
+  }
+
+  int integer(const std::string& name, int min, int fallback, bool required,
+              const std::string& launcher) const {
+    auto v = env_(name);
+    if (!v) {
+      if (required) {
+        throw InvalidArgument(name + " is not set; " + launcher +
+                              " sets it for every process (set it yourself when launching by hand)");
+      }
+      return fallback;
+    }
+    errno = 0;
+    char* end = nullptr;
+    long n = std::strtol(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || errno != 0 || n < min || n > (1 << 24)) {
+      throw InvalidArgument("invalid value for " + name + ": '" + *v +
+                            "' (expected an integer >= " + std::to_string(min) + ")");
+    }
+    return static_cast<int>(n);
+  }
+
+ private:
+  const EnvLookup& env_;
+};
+
+void checkIdentity(const Identity& id, const std::string& launcher) {
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgument("inconsistent identity from " + launcher + ": " + what);
+  };
+  if (id.size < 1) fail("size " + std::to_string(id.size) + " < 1");
+  if (id.rank < 0 || id.rank >= id.size) {
+    fail("rank " + std::to_string(id.rank) + " is outside [0, " + std::to_string(id.size) + ")");
+  }
+  if (id.localRank < 0 || id.localRank >= id.localSize) {
+    fail("local rank " + std::to_string(id.localRank) + " is outside [0, " +
+         std::to_string(id.localSize) + ")");
+  }
+  if (id.crossRank < 0 || id.crossRank >= id.crossSize) {
+    fail("cross rank " + std::to_string(id.crossRank) + " is outside [0, " +
+         std::to_string(id.crossSize) + ")");
+  }
+}
+
+uint16_t portFrom(const EnvReader& env, const std::string& name, int offset) {
+  int port = env.integer(name, 1, 0, true, "the launcher") + offset;
+  if (port > 65535) {
+    throw InvalidArgument("invalid value for " + name + ": port out of range");
+  }
+  return static_cast<uint16_t>(port);
+}
+
+// Rendezvous for launchers without a store of ours: rank 0 hosts one at
+// MASTER_ADDR:MASTER_PORT+1 (torchrun's own store already holds MASTER_PORT),
+// or at KOLO_RENDEZVOUS_ADDR/PORT when those are given.
+Rendezvous rankZeroHosted(const EnvReader& env, const Identity& id,
+                          const std::string& launcher) {
+  Rendezvous rv;
+  if (id.size == 1) return rv;
+  if (env.has("KOLO_RENDEZVOUS_ADDR")) {
+    rv.addr = env.str("KOLO_RENDEZVOUS_ADDR");
+    rv.port = portFrom(env, "KOLO_RENDEZVOUS_PORT", 0);
+  } else if (env.has("MASTER_ADDR")) {
+    rv.addr = env.str("MASTER_ADDR");
+    rv.port = portFrom(env, "MASTER_PORT", 1);
+  } else {
+    throw InvalidArgument(
+        "started by " + launcher + " with " + std::to_string(id.size) +
+        " ranks but no rendezvous address: set MASTER_ADDR and MASTER_PORT "
+        "(rank 0's host and a free port; kolo listens on MASTER_PORT+1) or "
+        "KOLO_RENDEZVOUS_ADDR/KOLO_RENDEZVOUS_PORT, or start with kolorun");
+  }
+  rv.hostServer = id.rank == 0;
+  rv.secret = env.str("KOLO_SECRET_KEY");
+  if (rv.secret.empty()) {
+    // Not secret, but shared by the job's processes and different per job;
+    // the README says to set KOLO_SECRET_KEY on untrusted networks.
+    rv.secret = "kolo-insecure:" + env.str("TORCHELASTIC_RUN_ID", env.str("SLURM_JOB_ID", "")) +
+                ":" + rv.addr + ":" + std::to_string(rv.port);
+  }
+  return rv;
+}
+
+int parseSlurmTasksPerNode(const std::string& text) {
+  // "4(x2),3" -> tasks on the first node; good enough when nodes are uniform.
+  return std::atoi(text.c_str());
+}
+
+}  // namespace
+
+LaunchInfo launchInfoFromEnv(const EnvLookup& lookup) {
+  EnvReader env(lookup);
+  LaunchInfo info;
+  Identity& id = info.identity;
+
+  if (env.has("KOLO_RANK")) {
+    info.launcher = "kolo";
+    const std::string who = "kolorun";
+    id.rank = env.integer("KOLO_RANK", 0, 0, true, who);
+    id.size = env.integer("KOLO_SIZE", 1, 1, true, who);
+    id.localRank = env.integer("KOLO_LOCAL_RANK", 0, id.rank, false, who);
+    id.localSize = env.integer("KOLO_LOCAL_SIZE", 1, id.size, false, who);
+    id.crossRank = env.integer("KOLO_CROSS_RANK", 0, 0, false, who);
+    id.crossSize = env.integer("KOLO_CROSS_SIZE", 1, 1, false, who);
+    checkIdentity(id, who);
+    if (id.size > 1) {
+      if (!env.has("KOLO_RENDEZVOUS_ADDR")) {
+        throw InvalidArgument("KOLO_RANK is set but KOLO_RENDEZVOUS_ADDR is not; "
+                              "start the job with kolorun or set KOLO_RENDEZVOUS_ADDR/PORT");
+      }
+      info.rendezvous.addr = env.str("KOLO_RENDEZVOUS_ADDR");
+      info.rendezvous.port = portFrom(env, "KOLO_RENDEZVOUS_PORT", 0);
+      info.rendezvous.secret = env.str("KOLO_SECRET_KEY");
+      if (info.rendezvous.secret.empty()) {
+        throw InvalidArgument("KOLO_SECRET_KEY is not set; kolorun passes the job's secret "
+                              "to every worker (set it yourself when launching by hand)");
+      }
+    }
+    return info;
+  }
+
+  if (env.has("RANK") && env.has("WORLD_SIZE")) {
+    info.launcher = "torchrun";
+    const std::string who = "torchrun";
+    id.rank = env.integer("RANK", 0, 0, true, who);
+    id.size = env.integer("WORLD_SIZE", 1, 1, true, who);
+    id.localRank = env.integer("LOCAL_RANK", 0, id.rank, false, who);
+    id.localSize = env.integer("LOCAL_WORLD_SIZE", 1, env.has("LOCAL_RANK") ? id.size : id.size,
+                               false, who);
+    id.crossRank = env.integer("GROUP_RANK", 0, id.rank / id.localSize, false, who);
+    id.crossSize = id.size / id.localSize > 0 ? id.size / id.localSize : 1;
+    checkIdentity(id, who);
+    info.rendezvous = rankZeroHosted(env, id, who);
+    return info;
+  }
+
+  if (env.has("OMPI_COMM_WORLD_RANK") || env.has("PMI_RANK")) {
+    info.launcher = "mpirun";
+    const std::string who = "mpirun";
+    bool ompi = env.has("OMPI_COMM_WORLD_RANK");
+    id.rank = env.integer(ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK", 0, 0, true, who);
+    id.size = env.integer(ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1, 1, true, who);
+    id.localRank = env.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0, id.rank, false, who);
+    id.localSize = env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1, id.size, false, who);
+    id.crossSize = id.size / id.localSize > 0 ? id.size / id.localSize : 1;
+    id.crossRank = id.rank / id.localSize;
+    checkIdentity(id, who);
+    info.rendezvous = rankZeroHosted(env, id, who);
+    return info;
+  }
+
+  if (env.has("SLURM_PROCID") && env.has("SLURM_NTASKS")) {
+    info.launcher = "slurm";
+    const std::string who = "srun";
+    id.rank = env.integer("SLURM_PROCID", 0, 0, true, who);
+    id.size = env.integer("SLURM_NTASKS", 1, 1, true, who);
+    id.localRank = env.integer("SLURM_LOCALID", 0, 0, false, who);
+    int perNode = parseSlurmTasksPerNode(env.str("SLURM_TASKS_PER_NODE", ""));
+    id.localSize = perNode > 0 ? perNode : id.size;
+    id.crossRank = env.integer("SLURM_NODEID", 0, 0, false, who);
+    id.crossSize = env.integer("SLURM_NNODES", 1, 1, false, who);
+    checkIdentity(id, who);
+    info.rendezvous = rankZeroHosted(env, id, who);
+    return info;
+  }
+
+  info.launcher = "none";
+  return info;
+}
+
+}  // namespace kolo

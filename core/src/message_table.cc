@@ -1,0 +1,247 @@
+#include "message_table.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace kolo {
+namespace {
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+Response errorResponse(const std::string& name, const std::string& message) {
+  Response r;
+  r.kind = ResponseKind::kError;
+  r.names = {name};
+  r.error = message;
+  return r;
+}
+
+std::string fmtScale(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Compares every submitted request against the lowest submitting rank's and
+// describes the first disagreement ("" when all agree).
+std::string findMismatch(const std::string& name,
+                         const std::vector<std::optional<RequestMsg>>& perRank) {
+  int first = -1;
+  for (size_t r = 0; r < perRank.size(); ++r) {
+    if (perRank[r]) {
+      first = static_cast<int>(r);
+      break;
+    }
+  }
+  const Request& a = perRank[first]->request;
+  const bool freeFirstDim = a.op == OpType::kAllgather || a.op == OpType::kAlltoall;
+  for (size_t r = first + 1; r < perRank.size(); ++r) {
+    if (!perRank[r]) continue;
+    const Request& b = perRank[r]->request;
+    auto differ = [&](const std::string& what, const std::string& va, const std::string& vb) {
+      return "tensor '" + name + "': ranks disagree on " + what + ": rank " +
+             std::to_string(first) + " sent " + va + ", rank " + std::to_string(r) + " sent " + vb;
+    };
+    if (a.op != b.op) return differ("the operation", toString(a.op), toString(b.op));
+    if (a.dtype != b.dtype) {
+      return differ("dtype", describe(a.dtype, a.shape), describe(b.dtype, b.shape));
+    }
+    if (a.device != b.device) return differ("device", toString(a.device), toString(b.device));
+    bool shapeOk;
+    if (freeFirstDim) {
+      shapeOk = a.shape.size() == b.shape.size() && !a.shape.empty() &&
+                std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
+    } else {
+      shapeOk = a.shape == b.shape;
+    }
+    if (!shapeOk) {
+      return differ(freeFirstDim ? "shape (all but the first dimension must match)" : "shape",
+                    describe(a.dtype, a.shape), describe(b.dtype, b.shape));
+    }
+    if (a.op == OpType::kAllreduce || a.op == OpType::kReducescatter) {
+      if (a.reduceOp != b.reduceOp) {
+        return differ("the reduce op", toString(a.reduceOp), toString(b.reduceOp));
+      }
+      if (a.prescale != b.prescale) {
+        return differ("prescale factor", fmtScale(a.prescale), fmtScale(b.prescale));
+      }
+      if (a.postscale != b.postscale) {
+        return differ("postscale factor", fmtScale(a.postscale), fmtScale(b.postscale));
+      }
+    }
+    if (a.op == OpType::kBroadcast && a.root != b.root) {
+      return differ("root rank", std::to_string(a.root), std::to_string(b.root));
+    }
+    if (perRank[first]->group != perRank[r]->group) {
+      return differ("group", "'" + perRank[first]->group + "'", "'" + perRank[r]->group + "'");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+MessageTable::MessageTable(int size) : size_(size), joined_(size, false) {}
+
+void MessageTable::add(int rank, const RequestMsg& msg) {
+  if (msg.request.op == OpType::kJoin) {
+    if (!joined_[rank]) {
+      joined_[rank] = true;
+      joinOrder_.push_back(rank);
+    }
+    return;
+  }
+  Row& row = rows_[msg.request.name];
+  if (row.perRank.empty()) {
+    row.perRank.resize(size_);
+    row.arrival = ++arrivals_;
+    row.firstSeen = std::chrono::steady_clock::now();
+  }
+  row.perRank[rank] = msg;
+}
+
+bool MessageTable::readyRow(const Row& row) const {
+  bool any = false;
+  for (int r = 0; r < size_; ++r) {
+    if (row.perRank[r]) {
+      any = true;
+    } else if (!joined_[r]) {
+      return false;
+    }
+  }
+  return any;
+}
+
+Response MessageTable::buildResponse(const std::string& name, const Row& row) const {
+  std::string mismatch = findMismatch(name, row.perRank);
+  if (!mismatch.empty()) return errorResponse(name, mismatch);
+  int first = 0;
+  while (!row.perRank[first]) ++first;
+  const Request& q = row.perRank[first]->request;
+
+  Response r;
+  r.op = q.op;
+  r.dtype = q.dtype;
+  r.device = q.device;
+  r.reduceOp = q.reduceOp;
+  r.prescale = q.prescale;
+  r.postscale = q.postscale;
+  r.root = q.root;
+  r.names = {name};
+  r.shapes = {q.shape};
+  std::vector<int> joinedRanks;
+  for (int i = 0; i < size_; ++i) {
+    if (!row.perRank[i]) joinedRanks.push_back(i);
+  }
+  switch (q.op) {
+    case OpType::kBroadcast:
+      if (q.root < 0 || q.root >= size_) {
+        return errorResponse(name, "tensor '" + name + "': broadcast root " +
+                                       std::to_string(q.root) + " is not a rank (size " +
+                                       std::to_string(size_) + ")");
+      }
+      if (!row.perRank[q.root]) {
+        return errorResponse(name, "tensor '" + name + "': broadcast root rank " +
+                                       std::to_string(q.root) + " has joined and has no data");
+      }
+      break;
+    case OpType::kAllgather:
+      for (int i = 0; i < size_; ++i) {
+        r.rankDims.push_back(row.perRank[i] ? row.perRank[i]->request.shape[0] : 0);
+      }
+      break;
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      if (!joinedRanks.empty()) {
+        return errorResponse(name, "tensor '" + name + "': " + toString(q.op) +
+                                       " cannot run while ranks " + rankList(joinedRanks) +
+                                       " have joined");
+      }
+      if (q.op == OpType::kAlltoall) {
+        for (int i = 0; i < size_; ++i) {
+          const Request& qi = row.perRank[i]->request;
+          if (qi.splits.empty()) {
+            int64_t rows = qi.shape[0];
+            if (rows % size_ != 0) {
+              return errorResponse(name, "tensor '" + name + "': rank " + std::to_string(i) +
+                                             " sent " + std::to_string(rows) +
+                                             " rows without splits, which does not divide "
+                                             "evenly among " + std::to_string(size_) +
+                                             " ranks; pass splits");
+            }
+            for (int j = 0; j < size_; ++j) r.rankDims.push_back(rows / size_);
+          } else {
+            for (int64_t s : qi.splits) r.rankDims.push_back(s);
+          }
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
+std::vector<Response> MessageTable::popReady() {
+  std::vector<Response> out;
+  for (int r : joinOrder_) {
+    Response ack;
+    ack.kind = ResponseKind::kJoinAck;
+    ack.rankArg = r;
+    out.push_back(ack);
+  }
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  std::map<std::string, std::vector<std::string>> groups;  // group -> ready members
+  for (const auto& [name, row] : rows_) {
+    if (!readyRow(row)) continue;
+    int first = 0;
+    while (!row.perRank[first]) ++first;
+    const std::string& group = row.perRank[first]->group;
+    if (!group.empty()) groups[group].push_back(name);
+    ready.emplace_back(row.arrival, name);
+  }
+  // A group goes out only when every member is ready.
+  std::vector<std::pair<uint64_t, std::string>> release;
+  for (const auto& [arrival, name] : ready) {
+    const Row& row = rows_.at(name);
+    int first = 0;
+    while (!row.perRank[first]) ++first;
+    const RequestMsg& m = *row.perRank[first];
+    if (!m.group.empty() && static_cast<int>(groups[m.group].size()) < m.groupSize) continue;
+    release.emplace_back(arrival, name);
+  }
+  std::sort(release.begin(), release.end());
+  for (const auto& [arrival, name] : release) {
+    out.push_back(buildResponse(name, rows_.at(name)));
+    rows_.erase(name);
+  }
+  bool allJoined = std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
+  if (allJoined && !joinOrder_.empty()) {
+    Response done;
+    done.kind = ResponseKind::kJoinDone;
+    done.rankArg = joinOrder_.back();
+    out.push_back(done);
+    std::fill(joined_.begin(), joined_.end(), false);
+  }
+  joinOrder_.clear();
+  return out;
+}
+
+std::vector<MessageTable::Waiting> MessageTable::waiting() const {
+  std::vector<Waiting> out;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& [name, row] : rows_) {
+    Waiting w{name, {}, now - row.firstSeen};
+    for (int r = 0; r < size_; ++r) {
+      if (!row.perRank[r] && !joined_[r]) w.missingRanks.push_back(r);
+    }
+    if (!w.missingRanks.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -1,0 +1,54 @@
+// The coordinator's (rank 0's) record of which ranks submitted which
+// uncached requests, and the validation that turns cross-rank mismatches
+// into per-tensor error responses. Loop thread of rank 0 only.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "message.h"
+
+namespace kolo {
+
+class MessageTable {
+ public:
+  explicit MessageTable(int size);
+
+  void add(int rank, const RequestMsg& msg);
+
+  // Responses for every tensor now submitted by all ranks that have not
+  // joined (groups only when complete), in first-arrival order, preceded by
+  // join acknowledgements and followed by the join completion when the last
+  // rank joined. Ready rows are removed.
+  std::vector<Response> popReady();
+
+  // Names submitted by some ranks but not all, with the missing ranks and
+  // how long the oldest has waited (for the stall inspector).
+  struct Waiting {
+    std::string name;
+    std::vector<int> missingRanks;
+    std::chrono::steady_clock::duration age;
+  };
+  std::vector<Waiting> waiting() const;
+
+ private:
+  struct Row {
+    std::vector<std::optional<RequestMsg>> perRank;
+    uint64_t arrival = 0;
+    std::chrono::steady_clock::time_point firstSeen;
+  };
+
+  bool readyRow(const Row& row) const;
+  Response buildResponse(const std::string& name, const Row& row) const;
+
+  int size_;
+  uint64_t arrivals_ = 0;
+  std::map<std::string, Row> rows_;
+  std::vector<bool> joined_;
+  std::vector<int> joinOrder_;  // ranks that joined since the last join completed
+};
+
+}  // namespace kolo

@@ -1,0 +1,68 @@
+#include "request_check.h"
+
+namespace kolo {
+
+void checkRequest(const Request& q, const Entry& e, const Identity& id) {
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgument("'" + q.name + "' (" + toString(q.op) + "): " + what);
+  };
+  if (q.name.empty()) throw InvalidArgument("every operation needs a non-empty name");
+  if (q.name.rfind("kolo.", 0) == 0) fail("names starting with 'kolo.' are reserved");
+  if (q.op == OpType::kJoin || q.op == OpType::kBarrier) {
+    fail("use Engine::join() / Engine::barrier() instead of enqueue");
+  }
+  if (static_cast<int>(q.dtype) >= kNumDataTypes) fail("unknown dtype");
+  for (int64_t d : q.shape) {
+    if (d < 0) fail("negative dimension in shape " + describe(q.dtype, q.shape));
+  }
+  if (q.device != DeviceKind::kCpu) {
+    fail("tensor is on a CUDA device but this build has no GPU data plane; "
+         "move it to the CPU first");
+  }
+  const bool reduces = q.op == OpType::kAllreduce || q.op == OpType::kReducescatter;
+  if (reduces && q.dtype == DataType::kBool &&
+      (q.reduceOp == ReduceOp::kAverage)) {
+    fail("average is not defined for bool tensors; use sum (logical or), min or max");
+  }
+  if ((q.prescale != 1.0 || q.postscale != 1.0) && !isFloatingPoint(q.dtype)) {
+    fail("prescale/postscale factors need a floating-point tensor, got " +
+         std::string(toString(q.dtype)));
+  }
+  const int64_t n = numElements(q.shape);
+  if (n > 0 && e.input == nullptr) fail("input pointer is null");
+  switch (q.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+      if (n > 0 && e.output == nullptr) fail("output pointer is null");
+      if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= id.size)) {
+        fail("root rank " + std::to_string(q.root) + " is not a rank (size " +
+             std::to_string(id.size) + ")");
+      }
+      break;
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      if (!e.allocate) fail("needs an output allocator (the output size is negotiated)");
+      if (q.shape.empty()) fail("needs a tensor with at least one dimension");
+      break;
+    default:
+      break;
+  }
+  if (q.op == OpType::kAlltoall && !q.splits.empty()) {
+    if (q.splits.size() != static_cast<size_t>(id.size)) {
+      fail("splits has " + std::to_string(q.splits.size()) + " entries; need one per rank (" +
+           std::to_string(id.size) + ")");
+    }
+    int64_t sum = 0;
+    for (int64_t s : q.splits) {
+      if (s < 0) fail("negative split");
+      sum += s;
+    }
+    if (sum != q.shape[0]) {
+      fail("splits add up to " + std::to_string(sum) + " rows but the tensor has " +
+           std::to_string(q.shape[0]));
+    }
+  }
+}
+
+}  // namespace kolo

@@ -1,0 +1,16 @@
+// Caller-side validation of a request before it is queued: everything that
+// can be decided without the other ranks fails here, on the calling thread.
+#pragma once
+
+#include "kolo/engine.h"
+
+namespace kolo {
+
+// Reserved names of the internal join and barrier operations.
+inline constexpr const char* kJoinName = "kolo.join";
+inline constexpr const char* kBarrierName = "kolo.barrier";
+
+// Throws InvalidArgument naming the tensor and what to change.
+void checkRequest(const Request& request, const Entry& entry, const Identity& identity);
+
+}  // namespace kolo

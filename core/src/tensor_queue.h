@@ -1,0 +1,54 @@
+// Hand-off between caller threads (enqueue) and the background loop.
+//
+// Names are reserved from push until release: a second operation under a
+// name still in flight is refused at push. The loop sleeps in waitForWork
+// until new work arrives, stop is requested, or the cycle deadline passes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "pending.h"
+
+namespace kolo {
+
+class TensorQueue {
+ public:
+  // Any thread. Atomically queues all ops (a group) or none; throws
+  // InvalidArgument when a name is in flight or repeated within ops, or the
+  // stop status when the queue is closed.
+  void push(std::vector<PendingOp> ops);
+
+  // Loop thread. Takes everything queued so far.
+  std::vector<PendingOp> drain();
+
+  // Loop thread. Returns when work is queued, wake() was called or deadline
+  // passed.
+  void waitForWork(std::chrono::steady_clock::time_point deadline);
+
+  // Any thread: makes waitForWork return now.
+  void wake();
+
+  // Loop thread: the op named name completed; the name may be reused.
+  void release(const std::string& name);
+
+  // Refuses further pushes with status (engine stopped or failed).
+  void close(const Status& status);
+
+  bool closed() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<PendingOp> queue_;
+  std::unordered_set<std::string> inFlight_;
+  bool woken_ = false;
+  bool closed_ = false;
+  Status closedStatus_;
+};
+
+}  // namespace kolo

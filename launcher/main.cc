@@ -1,0 +1,71 @@
+// kolorun: starts a kolo job. See `kolorun --help` and launcher/README-section.md.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "hosts.h"
+#include "job.h"
+#include "kolo/error.h"
+#include "kolo/tcp_store.h"
+#include "network.h"
+#include "options.h"
+#include "plan.h"
+#include "process.h"
+#include "usage_error.h"
+
+namespace {
+
+// Workers inherit 0-2 through dup2; make sure they exist so a pipe never
+// lands there.
+void ensureStandardFds() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+}
+
+int runKolorun(int argc, char** argv) {
+  using namespace kolo::launcher;
+  ParsedCommandLine parsed = parseCommandLine(argc, argv);
+  if (!parsed.options) return parsed.exitCode;
+  const Options& options = *parsed.options;
+
+  std::vector<std::string> inherited = currentEnvironment();
+  const char* path = std::getenv("PATH");
+  JobPlan plan = makePlan(options, localNames(), path != nullptr ? path : "/usr/bin:/bin");
+  RendezvousEndpoint endpoint = chooseRendezvous(plan.remoteHosts, options.networkInterface);
+
+  std::string secret = randomSecret();
+  std::unique_ptr<kolo::TcpStoreServer> server;
+  try {
+    server = std::make_unique<kolo::TcpStoreServer>(endpoint.bindHost,
+                                                    static_cast<uint16_t>(options.port), secret);
+  } catch (const std::exception& e) {
+    throw UsageError("cannot serve the rendezvous store on " + endpoint.bindHost + ":" +
+                     std::to_string(options.port) + " (" + e.what() + ")" +
+                     (options.port != 0 ? "; choose another --port or leave it out" : ""));
+  }
+  RendezvousInfo rendezvous{endpoint.addr, server->port(), secret};
+  Job job(options, std::move(plan), rendezvous, server->localStore(), std::move(inherited));
+  return job.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensureStandardFds();
+  // Before any thread exists (the store server starts some), so every thread
+  // leaves these signals to the job loop's signalfd.
+  kolo::launcher::blockJobSignals();
+  try {
+    return runKolorun(argc, argv);
+  } catch (const kolo::launcher::UsageError& e) {
+    std::fprintf(stderr, "kolorun: %s\n", e.what());
+    return kolo::launcher::kUsageExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kolorun: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,101 @@
+#include "network.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/rand.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "hosts.h"
+#include "usage_error.h"
+
+namespace kolo::launcher {
+
+RendezvousEndpoint chooseRendezvous(const std::vector<std::string>& remoteHosts,
+                                    const std::string& iface) {
+  if (remoteHosts.empty()) {
+    // Loopback only; --network-interface still reaches workers as KOLO_IFACE.
+    return {"127.0.0.1", "127.0.0.1"};
+  }
+  if (!iface.empty()) return {"0.0.0.0", interfaceAddress(iface)};
+  return {"0.0.0.0", routeSourceAddress(remoteHosts.front())};
+}
+
+std::string interfaceAddress(const std::string& iface) {
+  struct ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    throw UsageError("cannot list network interfaces: " + std::string(std::strerror(errno)));
+  }
+  std::string found;
+  std::set<std::string> names;
+  for (auto* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    names.insert(a->ifa_name);
+    if (found.empty() && iface == a->ifa_name) {
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
+                sizeof(text));
+      found = text;
+    }
+  }
+  freeifaddrs(list);
+  if (found.empty()) {
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw UsageError("--network-interface " + iface +
+                     ": no such interface with an IPv4 address; interfaces here: " + known);
+  }
+  return found;
+}
+
+std::string routeSourceAddress(const std::string& host) {
+  std::string name = networkName(host);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(name.c_str(), "9", &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    throw UsageError("cannot resolve host '" + name + "' (" + gai_strerror(rc) +
+                     "); check the host name, or pass --network-interface");
+  }
+  std::string out;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+      out = text;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  if (out.empty() || out == "0.0.0.0") {
+    throw UsageError("no route to host '" + name +
+                     "'; check the network, or pass --network-interface");
+  }
+  return out;
+}
+
+std::string randomSecret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    throw std::runtime_error("OpenSSL RAND_bytes failed: no secret for the job");
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+}  // namespace kolo::launcher

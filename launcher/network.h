@@ -1,0 +1,31 @@
+// Where workers reach kolorun's rendezvous store, and the job's secret.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kolo::launcher {
+
+struct RendezvousEndpoint {
+  std::string bindHost;  // what the store listens on
+  std::string addr;      // what workers are told (KOLO_RENDEZVOUS_ADDR)
+};
+
+// 127.0.0.1 when every host is this machine; otherwise listen everywhere and
+// tell workers the IPv4 address of `iface` when given, else the source
+// address of the route to the first remote host. Throws UsageError.
+RendezvousEndpoint chooseRendezvous(const std::vector<std::string>& remoteHosts,
+                                    const std::string& iface);
+
+// IPv4 address of a local interface; UsageError naming the interfaces that
+// exist when it has none.
+std::string interfaceAddress(const std::string& iface);
+
+// Local address the kernel would use to reach host (a UDP connect() sends
+// nothing). UsageError when host does not resolve or has no route.
+std::string routeSourceAddress(const std::string& host);
+
+// 32 random bytes from OpenSSL, hex-encoded.
+std::string randomSecret();
+
+}  // namespace kolo::launcher

@@ -1,0 +1,92 @@
+#include "worker_env.h"
+
+#include <map>
+
+extern char** environ;
+
+namespace kolo::launcher {
+namespace {
+
+std::string nameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// Keeps the last value of each name, in first-seen order.
+EnvList dedupe(const EnvList& list) {
+  EnvList out;
+  std::map<std::string, size_t> index;
+  for (const auto& [name, value] : list) {
+    auto it = index.find(name);
+    if (it == index.end()) {
+      index[name] = out.size();
+      out.emplace_back(name, value);
+    } else {
+      out[it->second].second = value;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+EnvList identityEnv(const RankPlacement& r, const RendezvousInfo& rv) {
+  return {
+      {"KOLO_RANK", std::to_string(r.rank)},
+      {"KOLO_SIZE", std::to_string(r.size)},
+      {"KOLO_LOCAL_RANK", std::to_string(r.localRank)},
+      {"KOLO_LOCAL_SIZE", std::to_string(r.localSize)},
+      {"KOLO_CROSS_RANK", std::to_string(r.crossRank)},
+      {"KOLO_CROSS_SIZE", std::to_string(r.crossSize)},
+      {"KOLO_HOSTNAME", r.host},
+      {"KOLO_RENDEZVOUS_ADDR", rv.addr},
+      {"KOLO_RENDEZVOUS_PORT", std::to_string(rv.port)},
+      {"KOLO_SECRET_KEY", rv.secret},
+  };
+}
+
+EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
+               const RankPlacement& rank, const RendezvousInfo& rendezvous) {
+  EnvList env;
+  for (const auto& x : options.exportEnv) {
+    size_t eq = x.find('=');
+    if (eq != std::string::npos) {
+      env.emplace_back(x.substr(0, eq), x.substr(eq + 1));
+      continue;
+    }
+    for (const auto& entry : inherited) {
+      if (nameOf(entry) == x) env.emplace_back(x, entry.substr(x.size() + 1));
+    }
+  }
+  for (auto& kv : tuningEnv(options)) env.push_back(std::move(kv));
+  for (auto& kv : identityEnv(rank, rendezvous)) env.push_back(std::move(kv));
+  return dedupe(env);
+}
+
+std::vector<std::string> localWorkerEnv(const std::vector<std::string>& inherited,
+                                        const EnvList& overrides) {
+  EnvList all;
+  for (const auto& entry : inherited) {
+    if (entry.find('=') == std::string::npos) continue;
+    all.emplace_back(nameOf(entry), entry.substr(entry.find('=') + 1));
+  }
+  for (const auto& kv : overrides) all.push_back(kv);
+  std::vector<std::string> out;
+  for (const auto& [name, value] : dedupe(all)) out.push_back(name + "=" + value);
+  return out;
+}
+
+EnvList remoteWorkerEnv(const std::vector<std::string>& inherited, const EnvList& overrides) {
+  EnvList all;
+  for (const auto& entry : inherited) {
+    if (entry.rfind("KOLO_", 0) != 0 || entry.find('=') == std::string::npos) continue;
+    all.emplace_back(nameOf(entry), entry.substr(entry.find('=') + 1));
+  }
+  for (const auto& kv : overrides) all.push_back(kv);
+  return dedupe(all);
+}
+
+std::vector<std::string> currentEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+}  // namespace kolo::launcher

@@ -1,0 +1,41 @@
+// The environment each worker starts with. Pure functions over name/value
+// lists; the caller passes kolorun's own environment in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hosts.h"
+#include "options.h"
+
+namespace kolo::launcher {
+
+struct RendezvousInfo {
+  std::string addr;
+  uint16_t port = 0;
+  std::string secret;
+};
+
+// KOLO_RANK ... KOLO_SECRET_KEY for one rank.
+EnvList identityEnv(const RankPlacement& rank, const RendezvousInfo& rendezvous);
+
+// The variables a worker must get on top of what it inherits: -x NAME=VALUE
+// and -x NAME (taken from `inherited`), the tuning flags, then the identity.
+// Later entries win.
+EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
+               const RankPlacement& rank, const RendezvousInfo& rendezvous);
+
+// A local worker: kolorun's environment with `overrides` replacing or adding
+// variables. Returns "NAME=VALUE" strings.
+std::vector<std::string> localWorkerEnv(const std::vector<std::string>& inherited,
+                                        const EnvList& overrides);
+
+// A remote worker: the host's own environment plus these (sent as exports):
+// every KOLO_* variable of kolorun's environment, then `overrides`.
+EnvList remoteWorkerEnv(const std::vector<std::string>& inherited, const EnvList& overrides);
+
+// The calling process's environment as "NAME=VALUE" strings.
+std::vector<std::string> currentEnvironment();
+
+}  // namespace kolo::launcher

@@ -1,0 +1,104 @@
+#include "comm/conformance.h"
+
+#include <mutex>
+#include <stdexcept>
+
+#include "harness/harness.h"
+#include "kolo/error.h"
+#include "kolo/store.h"
+
+namespace kolo::test {
+namespace {
+
+comm::BackendArgs argsFor(const Config& config, const Identity& identity,
+                          const std::shared_ptr<Store>& store) {
+  return comm::BackendArgs{config, identity, store, "127.0.0.1"};
+}
+
+Identity identityFor(int rank, int n) {
+  Identity id;
+  id.rank = rank;
+  id.size = n;
+  id.localRank = rank;
+  id.localSize = n;
+  return id;
+}
+
+}  // namespace
+
+Config commConfig() {
+  Config config = testConfig();
+  config.timeout = std::chrono::seconds(30);
+  return config;
+}
+
+void runWithArgs(int n,
+                 const std::function<void(int rank, const comm::BackendArgs&)>& fn,
+                 const Config& config) {
+  auto store = makeHashStore();
+  // A rank that fails a check throws and destroys its channels, so its peers
+  // then fail with PeerFailure. Report the check, not the consequence.
+  std::mutex mu;
+  std::string rootCause;
+  try {
+    runRanks(n, [&](int rank) {
+      const Identity id = identityFor(rank, n);
+      try {
+        fn(rank, argsFor(config, id, store));
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout) throw;
+        std::lock_guard<std::mutex> lock(mu);
+        if (rootCause.empty()) rootCause = "rank " + std::to_string(rank) + ": " + e.what();
+        throw;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (rootCause.empty()) rootCause = "rank " + std::to_string(rank) + ": " + e.what();
+        throw;
+      }
+    });
+  } catch (const std::exception& e) {
+    if (!rootCause.empty()) throw std::runtime_error(rootCause);
+    throw;
+  }
+}
+
+void runCollectives(const CommBackend& backend, int n,
+                    const std::function<void(int rank, comm::Collectives&)>& fn,
+                    const Config& config) {
+  runWithArgs(
+      n,
+      [&](int rank, const comm::BackendArgs& args) {
+        auto collectives = backend.createCollectives(args);
+        fn(rank, *collectives);
+      },
+      config);
+}
+
+void runControl(const CommBackend& backend, int n,
+                const std::function<void(int rank, comm::ControlChannel&)>& fn,
+                const Config& config) {
+  runWithArgs(
+      n,
+      [&](int rank, const comm::BackendArgs& args) {
+    auto control = backend.createControlChannel(args);
+    if (control->rank() != rank || control->size() != n) {
+      throw std::runtime_error("control channel reports rank " +
+                               std::to_string(control->rank()) + " of " +
+                               std::to_string(control->size()));
+    }
+    fn(rank, *control);
+      },
+      config);
+}
+
+std::string commTestName(
+    const ::testing::TestParamInfo<std::tuple<CommBackend, int>>& info) {
+  return std::to_string(std::get<1>(info.param)) + "ranks";
+}
+
+std::string commFailureTestName(
+    const ::testing::TestParamInfo<CommBackend>& info) {
+  return info.param.name;  // one instance per backend
+}
+
+}  // namespace kolo::test

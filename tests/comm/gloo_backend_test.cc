@@ -1,0 +1,60 @@
+// gloo-specific behaviour beyond the conformance suite: connection setup.
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "comm/conformance.h"
+#include "comm/gloo/factory.h"
+#include "kolo/error.h"
+#include "kolo/store.h"
+
+namespace kolo::test {
+namespace {
+
+TEST(GlooBackend, UnknownInterfaceIsInvalidArgument) {
+  Config config = commConfig();
+  config.iface = "kolo-no-such-if0";
+  Identity id;
+  auto store = makeHashStore();
+  comm::BackendArgs args{config, id, store, ""};
+  EXPECT_THROW(comm::gloo::createCollectives(args), InvalidArgument);
+}
+
+TEST(GlooBackend, EmptyLocalAddressMeansLoopback) {
+  Config config = commConfig();
+  Identity id;
+  auto store = makeHashStore();
+  comm::BackendArgs args{config, id, store, ""};
+  auto control = comm::gloo::createControlChannel(args);
+  EXPECT_EQ(control->size(), 1);
+  control->barrier();
+}
+
+TEST(GlooBackend, MissingPeerIsTimeout) {
+  Config config = commConfig();
+  config.timeout = std::chrono::milliseconds(300);
+  Identity id;
+  id.size = 2;  // rank 1 never shows up
+  auto store = makeHashStore();
+  comm::BackendArgs args{config, id, store, "127.0.0.1"};
+  try {
+    comm::gloo::createControlChannel(args);
+    FAIL() << "connected without a peer";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("gloo connect"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GlooBackend, BadIdentityIsInvalidArgument) {
+  Config config = commConfig();
+  Identity id;
+  id.rank = 2;
+  id.size = 2;
+  auto store = makeHashStore();
+  comm::BackendArgs args{config, id, store, "127.0.0.1"};
+  EXPECT_THROW(comm::gloo::createCollectives(args), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kolo::test

@@ -1,0 +1,191 @@
+// Every operation x dtype x reduce op through real engines (Gloo), N ranks
+// as threads, checked against references computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "core/ops_util.h"
+#include "harness/harness.h"
+
+namespace kolo::test {
+namespace {
+
+const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                               DataType::kBFloat16, DataType::kInt32,  DataType::kInt64,
+                               DataType::kInt8,    DataType::kUInt8,  DataType::kBool};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kProduct};
+
+double tolerance(DataType dtype) {
+  if (dtype == DataType::kFloat16) return 2e-3;
+  if (dtype == DataType::kBFloat16) return 1e-2;
+  return 1e-6;
+}
+
+std::string label(const std::string& what, int size, DataType dtype, ReduceOp op, size_t n) {
+  return what + " size=" + std::to_string(size) + " " + toString(dtype) + " " + toString(op) +
+         " n=" + std::to_string(n);
+}
+
+class EngineOps : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
+
+TEST_P(EngineOps, AllreduceMatchesReference) {
+  const auto [size, dtype] = GetParam();
+  const std::vector<size_t> counts = {0, 1, 7, 1027};
+  spawn(size, [&](int rank, Engine& engine) {
+    for (ReduceOp op : kAllOps) {
+      if (dtype == DataType::kBool && op == ReduceOp::kAverage) continue;
+      std::vector<std::vector<char>> bufs;
+      std::vector<Handle> handles;
+      for (size_t n : counts) {
+        bufs.push_back(makeBuffer(dtype, n, rank, op));
+      }
+      for (size_t k = 0; k < counts.size(); ++k) {
+        handles.push_back(engine.enqueue(
+            makeRequest("t" + std::to_string(k), OpType::kAllreduce, dtype,
+                        {static_cast<int64_t>(counts[k])}, op),
+            inPlace(bufs[k])));
+      }
+      for (size_t k = 0; k < counts.size(); ++k) {
+        handles[k].wait();
+        for (size_t i = 0; i < counts[k]; ++i) {
+          double want = wrapTo(dtype, reference(op, dtype, size, i));
+          double got = load(dtype, bufs[k].data(), i);
+          ASSERT_NEAR(got, want, tolerance(dtype) * std::max(1.0, std::fabs(want)))
+              << label("allreduce", size, dtype, op, counts[k]) << " i=" << i;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(EngineOps, BroadcastAllgatherAlltoallReducescatter) {
+  const auto [size, dtype] = GetParam();
+  spawn(size, [&](int rank, Engine& engine) {
+    // broadcast from every root, out of place
+    for (int root = 0; root < size; ++root) {
+      auto in = makeBuffer(dtype, 5, rank);
+      std::vector<char> out(in.size(), 0);
+      Request q = makeRequest("bcast", OpType::kBroadcast, dtype, {5});
+      q.root = root;
+      Entry e;
+      e.input = in.data();
+      e.output = out.data();
+      engine.enqueue(q, e).wait();
+      for (size_t i = 0; i < 5; ++i) {
+        ASSERT_EQ(load(dtype, out.data(), i), wrapTo(dtype, valueFor(root, i, dtype)))
+            << "broadcast root " << root;
+      }
+    }
+    // allgather: rank r contributes r+1 rows of 3 (rank 0 of size>2: 0 rows)
+    const int64_t rows = (size > 2 && rank == 0) ? 0 : rank + 1;
+    auto in = makeBuffer(dtype, static_cast<size_t>(rows * 3), rank);
+    std::vector<char> out;
+    Entry e;
+    e.input = in.data();
+    e.allocate = [&](const std::vector<int64_t>& shape) {
+      out.resize(static_cast<size_t>(numElements(shape)) * elementSize(dtype) + 1);
+      return static_cast<void*>(out.data());
+    };
+    Handle h = engine.enqueue(makeRequest("gather", OpType::kAllgather, dtype, {rows, 3}), e);
+    h.wait();
+    size_t pos = 0;
+    int64_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      int64_t rr = (size > 2 && r == 0) ? 0 : r + 1;
+      total += rr;
+      for (size_t i = 0; i < static_cast<size_t>(rr * 3); ++i, ++pos) {
+        ASSERT_EQ(load(dtype, out.data(), pos), wrapTo(dtype, valueFor(r, i, dtype)))
+            << "allgather from rank " << r;
+      }
+    }
+    EXPECT_EQ(h.outputShape(), (std::vector<int64_t>{total, 3}));
+
+    // alltoall: rank r sends (j+1) rows of 2 to rank j
+    std::vector<int64_t> splits(size);
+    int64_t sendRows = 0;
+    for (int j = 0; j < size; ++j) sendRows += (splits[j] = j + 1);
+    std::vector<char> send(static_cast<size_t>(sendRows * 2) * elementSize(dtype) + 1);
+    for (size_t i = 0; i < static_cast<size_t>(sendRows * 2); ++i) {
+      store(dtype, send.data(), i, valueFor(rank, i, dtype));
+    }
+    std::vector<char> recv;
+    Request aq = makeRequest("a2a", OpType::kAlltoall, dtype, {sendRows, 2});
+    aq.splits = splits;
+    Entry ae;
+    ae.input = send.data();
+    ae.allocate = [&](const std::vector<int64_t>& shape) {
+      recv.resize(static_cast<size_t>(numElements(shape)) * elementSize(dtype) + 1);
+      return static_cast<void*>(recv.data());
+    };
+    Handle ah = engine.enqueue(aq, ae);
+    ah.wait();
+    EXPECT_EQ(ah.outputShape(), (std::vector<int64_t>{static_cast<int64_t>(size) * (rank + 1), 2}));
+    size_t rpos = 0;
+    for (int src = 0; src < size; ++src) {
+      size_t offset = 0;
+      for (int j = 0; j < rank; ++j) offset += static_cast<size_t>(j + 1) * 2;
+      for (size_t i = 0; i < static_cast<size_t>(rank + 1) * 2; ++i, ++rpos) {
+        ASSERT_EQ(load(dtype, recv.data(), rpos), wrapTo(dtype, valueFor(src, offset + i, dtype)))
+            << "alltoall from " << src;
+      }
+    }
+
+    // reducescatter (sum) of 2*size+1 rows of 2 elements
+    if (dtype != DataType::kBool) {
+      const int64_t rsRows = 2 * size + 1;
+      auto rsIn = makeBuffer(dtype, static_cast<size_t>(rsRows * 2), rank);
+      std::vector<char> rsOut;
+      Entry re;
+      re.input = rsIn.data();
+      re.allocate = [&](const std::vector<int64_t>& shape) {
+        rsOut.resize(static_cast<size_t>(numElements(shape)) * elementSize(dtype) + 1);
+        return static_cast<void*>(rsOut.data());
+      };
+      Handle rh = engine.enqueue(makeRequest("rs", OpType::kReducescatter, dtype, {rsRows, 2}), re);
+      rh.wait();
+      int64_t myRows = rsRows / size + (rank < rsRows % size ? 1 : 0);
+      int64_t firstRow = 0;
+      for (int r = 0; r < rank; ++r) firstRow += rsRows / size + (r < rsRows % size ? 1 : 0);
+      EXPECT_EQ(rh.outputShape(), (std::vector<int64_t>{myRows, 2}));
+      for (size_t i = 0; i < static_cast<size_t>(myRows * 2); ++i) {
+        size_t gi = static_cast<size_t>(firstRow * 2) + i;
+        ASSERT_NEAR(load(dtype, rsOut.data(), i), wrapTo(dtype, reference(ReduceOp::kSum, dtype, size, gi)),
+                    tolerance(dtype) * 8)
+            << "reducescatter element " << gi;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, EngineOps,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::ValuesIn(kAllDtypes)),
+    [](const auto& info) {
+      return std::string("np") + std::to_string(std::get<0>(info.param)) + "_" +
+             toString(std::get<1>(info.param));
+    });
+
+TEST(EngineOpsLarge, EightRanksLargeFloatAverageWithScales) {
+  const size_t n = (1 << 18) + 3;
+  spawn(8, [&](int rank, Engine& engine) {
+    std::vector<float> data(n);
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(rank + (i % 5));
+    Request q = makeRequest("big", OpType::kAllreduce, DataType::kFloat32,
+                            {static_cast<int64_t>(n)}, ReduceOp::kAverage);
+    q.prescale = 2.0;
+    q.postscale = 0.5;
+    Entry e;
+    e.input = data.data();
+    e.output = data.data();
+    engine.enqueue(q, e).wait();
+    for (size_t i = 0; i < n; i += 997) {
+      // mean over ranks of (r + i%5) = 3.5 + i%5
+      ASSERT_NEAR(data[i], 3.5f + static_cast<float>(i % 5), 1e-5) << i;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace kolo::test

@@ -1,0 +1,112 @@
+// Real processes over the authenticated TCP store: the test hosts the store
+// (as kolorun would) and starts the workers with the launcher environment.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "kolo/tcp_store.h"
+
+namespace {
+
+struct Worker {
+  pid_t pid = -1;
+  int out = -1;
+  std::string output;
+  int status = -1;
+};
+
+Worker startWorker(int rank, int size, uint16_t port, const std::string& scenario,
+                   const std::string& timeoutSeconds) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  Worker w;
+  w.pid = fork();
+  if (w.pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    setenv("KOLO_RANK", std::to_string(rank).c_str(), 1);
+    setenv("KOLO_SIZE", std::to_string(size).c_str(), 1);
+    setenv("KOLO_LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("KOLO_LOCAL_SIZE", std::to_string(size).c_str(), 1);
+    setenv("KOLO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+    setenv("KOLO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
+    setenv("KOLO_SECRET_KEY", "multiprocess-test-secret", 1);
+    setenv("KOLO_TIMEOUT", timeoutSeconds.c_str(), 1);
+    setenv("KOLO_LOG_LEVEL", "off", 1);
+    execl(KOLO_MP_WORKER, KOLO_MP_WORKER, scenario.c_str(), nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  w.out = fds[0];
+  return w;
+}
+
+// Reads output until the worker exits or the deadline passes (then kills it).
+void finish(Worker& w, std::chrono::steady_clock::time_point deadline) {
+  char buf[4096];
+  while (true) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
+    if (left <= 0) {
+      kill(w.pid, SIGKILL);
+      break;
+    }
+    pollfd p{w.out, POLLIN, 0};
+    if (poll(&p, 1, left) <= 0) continue;
+    ssize_t n = read(w.out, buf, sizeof buf);
+    if (n <= 0) break;
+    w.output.append(buf, static_cast<size_t>(n));
+  }
+  close(w.out);
+  waitpid(w.pid, &w.status, 0);
+}
+
+TEST(MultiProcess, TwoProcessesAllreduceOverTheTcpStore) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 2; ++r) workers.push_back(startWorker(r, 2, server.port(), "sum", "20"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
+    EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
+  }
+}
+
+TEST(MultiProcess, KilledPeerIsNamedWithinTheTimeout) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  Worker r0 = startWorker(0, 2, server.port(), "die", "5");
+  Worker r1 = startWorker(1, 2, server.port(), "die", "5");
+  auto start = std::chrono::steady_clock::now();
+  finish(r0, start + std::chrono::seconds(30));
+  auto took = std::chrono::steady_clock::now() - start;
+  finish(r1, start + std::chrono::seconds(30));
+  EXPECT_TRUE(WIFEXITED(r0.status) && WEXITSTATUS(r0.status) == 3) << r0.output;
+  EXPECT_NE(r0.output.find("rank 1"), std::string::npos) << r0.output;
+  EXPECT_LT(took, std::chrono::seconds(12));
+}
+
+TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  Worker r0 = startWorker(0, 2, server.port(), "stop", "3");
+  Worker r1 = startWorker(1, 2, server.port(), "stop", "3");
+  auto start = std::chrono::steady_clock::now();
+  finish(r0, start + std::chrono::seconds(30));
+  auto took = std::chrono::steady_clock::now() - start;
+  kill(r1.pid, SIGKILL);
+  finish(r1, start + std::chrono::seconds(30));
+  EXPECT_TRUE(WIFEXITED(r0.status) && WEXITSTATUS(r0.status) == 3) << r0.output;
+  EXPECT_NE(r0.output.find("rank 1 stopped responding"), std::string::npos) << r0.output;
+  EXPECT_LT(took, std::chrono::seconds(12));
+}
+
+}  // namespace
