@@ -170,7 +170,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
 
   std::vector<std::string> valueFlags;
   for (const CLI::Option* opt : app.get_options()) {
-    if (opt->get_type_size() == 0) continue;
+    if (opt->get_expected_min() == 0) continue;  // a flag
     for (const auto& s : opt->get_snames()) valueFlags.push_back("-" + s);
     for (const auto& l : opt->get_lnames()) valueFlags.push_back("--" + l);
   }

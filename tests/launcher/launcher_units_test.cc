@@ -157,6 +157,13 @@ TEST(CommandLine, HorovodStyleFlagsAndTheProgramsOwnArguments) {
   EXPECT_EQ(o2.command, (std::vector<std::string>{"prog", "--help"}));
 }
 
+TEST(CommandLine, FlagsBeforeMinusNpDoNotSwallowIt) {
+  Options o = parse({"--verbose", "--gloo", "--autotune", "-np", "3", "--prefix-timestamp", "prog"});
+  EXPECT_EQ(o.np, 3);
+  EXPECT_TRUE(o.verbose && o.gloo && o.autotune && o.prefixTimestamp);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"prog"}));
+}
+
 TEST(CommandLine, NormalizeOnlyTouchesKolorunsOwnFlags) {
   auto out = normalizeArgs({"-np", "2", "--start-timeout", "-np", "prog", "-np", "3"},
                            {"--start-timeout"});

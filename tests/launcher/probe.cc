@@ -14,7 +14,7 @@
 //   ignore-term          ignore SIGTERM from now on
 //   spawn-child S        fork a child (same process group) that sleeps S s
 //   arrive               connect to the job's store and set kolo/arrived/RANK
-//   arrive-unless-rank R the same, except on rank R
+//   arrive-unless-rank R[,R...]  the same, except on the listed ranks
 //   exchange             set probe/RANK in the store, wait for every rank's
 //                        key, print EXCHANGE_OK and the values
 //   wrong-secret         connect with a wrong secret; print WRONG_SECRET=...
@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
     } else if (cmd == "arrive") {
       arrive();
     } else if (cmd == "arrive-unless-rank") {
-      if (std::atoi(arg(++i).c_str()) != rank()) arrive();
+      std::string list = "," + arg(++i) + ",";
+      if (list.find("," + std::to_string(rank()) + ",") == std::string::npos) arrive();
     } else if (cmd == "exchange") {
       exchange();
     } else if (cmd == "wrong-secret") {

@@ -128,7 +128,7 @@ TEST(RemoteJob, MissingProgramOnTheRemoteHost) {
 
 TEST(RemoteJob, StartTimeoutCoversRemoteRanks) {
   auto r = runKolorun(remoteJob("hostA:1,hostB:2", {"--start-timeout", "2", "--grace-seconds", "1"},
-                                {"arrive-unless-rank", "1", "arrive-unless-rank", "2", "sleep", "60"}));
+                                {"arrive-unless-rank", "1,2", "sleep", "60"}));
   EXPECT_EQ(r.exitCode, 124) << r.err;
   EXPECT_NE(lastLine(r.err).find("ranks 1,2 (host hostB) did not reach rendezvous within 2 s"),
             std::string::npos)

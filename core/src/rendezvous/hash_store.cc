@@ -1,5 +1,6 @@
 // In-process store: a map under a mutex, waiters woken by a condition variable.
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,7 +39,14 @@ class HashStore : public Store {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = data_.find(key);
-      if (it != data_.end()) value = std::stoll(std::string(it->second.begin(), it->second.end()));
+      if (it != data_.end()) {
+        std::string text(it->second.begin(), it->second.end());
+        char* end = nullptr;
+        value = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0') {
+          throw InvalidArgument("store: add() on key '" + key + "' whose value is not an integer");
+        }
+      }
       value += delta;
       std::string text = std::to_string(value);
       data_[key] = std::vector<char>(text.begin(), text.end());

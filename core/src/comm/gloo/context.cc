@@ -4,6 +4,8 @@
 #include <cctype>
 #include <utility>
 
+#include <net/if.h>
+
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
@@ -33,6 +35,12 @@ std::shared_ptr<::gloo::transport::Device> createDevice(
   const std::string where = args.config.iface.empty()
                                 ? "address '" + attr.hostname + "'"
                                 : "interface '" + attr.iface + "' (KOLO_IFACE)";
+  // Checked here first: gloo leaks its interface list when the name is
+  // unknown, and its message does not say which setting was wrong.
+  if (!attr.iface.empty() && ::if_nametoindex(attr.iface.c_str()) == 0) {
+    throw InvalidArgument("gloo: no network interface named '" + attr.iface +
+                          "' (KOLO_IFACE)");
+  }
   try {
     return ::gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
