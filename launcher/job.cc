@@ -146,10 +146,10 @@ bool Job::spawnAll() {
       if (r.remote) {
         r.out[0]->interceptMarker(kRemoteStartedMarker, [&r] { r.started = true; });
         // The script is a few KiB, far below a pipe's capacity: this write
-        // completes at once even though the pipe is non-blocking.
-        if (!writeAll(r.stdinFd, cmd.stdinScript)) {
-          throw std::system_error(errno, std::generic_category(), "writing to the remote shell");
-        }
+        // completes at once even though the pipe is non-blocking. It fails
+        // only when the remote shell is already gone (e.g. ssh could not
+        // connect); reaping it reports that with what it printed.
+        if (!writeAll(r.stdinFd, cmd.stdinScript)) closeFd(r.stdinFd);
       }
     } catch (const std::exception& e) {
       spawnError_ = e.what();

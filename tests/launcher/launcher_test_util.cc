@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -120,6 +119,22 @@ RunResult runKolorun(const std::vector<std::string>& args, std::chrono::millisec
   return run.wait(timeout);
 }
 
+namespace {
+
+// Whole file, or "" when it cannot be read (the process may just have gone).
+std::string readProcFile(const std::string& path) {
+  std::string data;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return data;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) data.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return data;
+}
+
+}  // namespace
+
 std::vector<pid_t> processesWith(const std::string& text) {
   std::vector<pid_t> found;
   DIR* proc = opendir("/proc");
@@ -128,14 +143,10 @@ std::vector<pid_t> processesWith(const std::string& text) {
     pid_t pid = std::atoi(d->d_name);
     if (pid <= 0 || pid == getpid()) continue;
     std::string base = std::string("/proc/") + d->d_name;
-    std::ifstream cmdline(base + "/cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    if (cmd.find(text) == std::string::npos) continue;
-    std::ifstream stat(base + "/stat");
-    std::string statText;
-    std::getline(stat, statText);
-    size_t paren = statText.rfind(')');
-    char state = paren != std::string::npos && paren + 2 < statText.size() ? statText[paren + 2] : '?';
+    if (readProcFile(base + "/cmdline").find(text) == std::string::npos) continue;
+    std::string stat = readProcFile(base + "/stat");
+    size_t paren = stat.rfind(')');
+    char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 'X';
     if (state != 'Z' && state != 'X') found.push_back(pid);
   }
   closedir(proc);

@@ -119,9 +119,13 @@ TEST_F(NetnsJob, FailureOnOneHostStopsTheOtherHost) {
 TEST_F(NetnsJob, SigtermToKolorunLeavesNothingInTheNamespaces) {
   std::string token = uniqueToken("nsterm");
   Running run({kolorunPath(), "-H", addr(2) + ":1," + addr(3) + ":1", "--rsh", rsh(), probePath(),
-               "tag", token, "spawn-child", "60", "out", "ready", "sleep", "60"});
+               "tag", token, "env", "spawn-child", "60", "out", "ready", "sleep", "60"});
   ASSERT_TRUE(run.waitForOutput("[0]<stdout>:ready", seconds(20)));
   ASSERT_TRUE(run.waitForOutput("[1]<stdout>:ready", seconds(20)));
+  std::string secret = envByRank(run.out())[1]["KOLO_SECRET_KEY"];
+  ASSERT_EQ(secret.size(), 64u);
+  EXPECT_EQ(processesWith(token).size(), 1u + 2 + 2) << "kolorun, the probes and their children";
+  EXPECT_TRUE(processesWith(secret).empty()) << "the secret is on a command line";
   run.signal(SIGTERM);
   auto r = run.wait(seconds(20));
   EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.err;

@@ -1,0 +1,406 @@
+// kolo::torch — data-parallel training for LibTorch on top of kolo::Engine.
+//
+//   kolo::init();
+//   kolo::torch::broadcast_parameters(*model, /*root=*/0);
+//   auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), 1e-3);
+//   kolo::torch::DistributedOptimizer opt(adam, model->named_parameters());
+//   kolo::torch::broadcast_optimizer_state(*adam, /*root=*/0);
+//   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
+//
+// Every collective is negotiated by name across ranks. Operations called
+// without a name get a generated one ("noname.allreduce.<n>") from a counter
+// per operation kind in the Context, so unnamed operations must be issued in
+// the same order on every rank. Name the operations of a hot loop: a stable
+// name also lets the engine's response cache skip negotiation.
+//
+// The public API uses snake_case, like the Horovod and PyTorch APIs it
+// mirrors. Do not write `using namespace kolo;` next to LibTorch code:
+// kolo::torch would then hide ::torch.
+//
+// Tensors: float32/64, float16, bfloat16, int32/64, int8, uint8 and bool.
+// Undefined tensors, other dtypes, sparse tensors and devices other than CPU
+// and CUDA throw kolo::InvalidArgument. A non-contiguous input is copied to a
+// contiguous one; in-place operations copy the result back into the caller's
+// tensor when they complete (for the *_async_ variants: in wait()). Results
+// carry no autograd history.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kolo/kolo.h"
+
+namespace kolo::torch {
+
+// ---- process-level API (the default engine) --------------------------------
+
+using kolo::init;
+using kolo::isInitialized;
+using kolo::rank;
+using kolo::shutdown;
+using kolo::size;
+inline int local_rank() { return kolo::localRank(); }
+inline int local_size() { return kolo::localSize(); }
+inline int cross_rank() { return kolo::crossRank(); }
+inline int cross_size() { return kolo::crossSize(); }
+
+// cuda:local_rank when LibTorch sees a CUDA device, else the CPU.
+::torch::Device device();
+
+inline constexpr ReduceOp Average = ReduceOp::kAverage;
+inline constexpr ReduceOp Sum = ReduceOp::kSum;
+inline constexpr ReduceOp Min = ReduceOp::kMin;
+inline constexpr ReduceOp Max = ReduceOp::kMax;
+inline constexpr ReduceOp Product = ReduceOp::kProduct;
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+NamedTensors to_named_tensors(const ::torch::OrderedDict<std::string, at::Tensor>& dict);
+
+// at::ScalarType <-> kolo::DataType. to_data_type throws InvalidArgument
+// naming `what` (e.g. "allreduce 'loss'") for unsupported dtypes.
+DataType to_data_type(at::ScalarType type, const std::string& what);
+at::ScalarType to_scalar_type(DataType type);
+
+namespace detail {
+struct HandleBody;
+}
+
+// Completion of one asynchronous tensor operation. Keeps the input and
+// output tensors alive until the operation ends. Copyable; copies share the
+// operation. Any thread may poll or wait.
+class TensorHandle {
+ public:
+  TensorHandle() = default;
+  explicit TensorHandle(std::shared_ptr<detail::HandleBody> body);
+
+  bool valid() const { return body_ != nullptr; }
+  // True once the operation finished (successfully or not).
+  bool poll() const;
+  // Blocks until done; throws the operation's error (kolo::Mismatch,
+  // Timeout, PeerFailure, ...). Returns the result: the output tensor, or
+  // for in-place operations the caller's tensor (copied back if it was not
+  // contiguous). Calling it again returns the same tensor.
+  at::Tensor wait() const;
+  // alltoall: rows received from each rank (valid after wait()).
+  std::vector<int64_t> received_splits() const;
+  // The engine-level handle.
+  const kolo::Handle& handle() const;
+
+ private:
+  std::shared_ptr<detail::HandleBody> body_;
+};
+
+struct AlltoallResult {
+  at::Tensor tensor;                     // rows received, in rank order
+  std::vector<int64_t> received_splits;  // rows received from each rank
+};
+
+// Binds the adapter to one Engine and holds the counters for generated
+// names. default_context() serves kolo::defaultEngine(); tests and programs
+// with several engines make one Context per engine. Thread-safe; must
+// outlive the operations and DistributedOptimizers that use it.
+class Context {
+ public:
+  explicit Context(Engine& engine);
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // The bound engine (kolo::defaultEngine() for the default context; throws
+  // before kolo::init()).
+  Engine& engine() const;
+  int rank() const { return engine().rank(); }
+  int size() const { return engine().size(); }
+
+  // Elementwise reduction over ranks. prescale/postscale (floating types
+  // only) multiply before and after the reduction.
+  at::Tensor allreduce(const at::Tensor& tensor, ReduceOp op = Average,
+                       const std::string& name = "", double prescale = 1.0,
+                       double postscale = 1.0);
+  at::Tensor allreduce_(const at::Tensor& tensor, ReduceOp op = Average,
+                        const std::string& name = "", double prescale = 1.0,
+                        double postscale = 1.0);
+  TensorHandle allreduce_async(const at::Tensor& tensor, ReduceOp op = Average,
+                               const std::string& name = "", double prescale = 1.0,
+                               double postscale = 1.0);
+  TensorHandle allreduce_async_(const at::Tensor& tensor, ReduceOp op = Average,
+                                const std::string& name = "", double prescale = 1.0,
+                                double postscale = 1.0);
+  // Negotiated and fused as one unit (Engine::enqueueGroup); the members are
+  // named "<name>.<i>".
+  std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
+                                            ReduceOp op = Average,
+                                            const std::string& name = "",
+                                            double prescale = 1.0, double postscale = 1.0);
+  std::vector<TensorHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
+                                                    ReduceOp op = Average,
+                                                    const std::string& name = "",
+                                                    double prescale = 1.0,
+                                                    double postscale = 1.0);
+
+  // Concatenation over ranks along dim 0; the first dimension may differ
+  // per rank, the others must match.
+  at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "");
+  TensorHandle allgather_async(const at::Tensor& tensor, const std::string& name = "");
+
+  // root's tensor on every rank.
+  at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name = "");
+  at::Tensor broadcast_(const at::Tensor& tensor, int root, const std::string& name = "");
+  TensorHandle broadcast_async(const at::Tensor& tensor, int root,
+                               const std::string& name = "");
+  TensorHandle broadcast_async_(const at::Tensor& tensor, int root,
+                                const std::string& name = "");
+
+  // Sends splits[j] rows (dim 0) to rank j; empty splits = an even split.
+  AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
+                          const std::string& name = "");
+  TensorHandle alltoall_async(const at::Tensor& tensor,
+                              const std::vector<int64_t>& splits = {},
+                              const std::string& name = "");
+
+  // Reduces over ranks and returns this rank's share of dim 0 (rows split as
+  // evenly as possible, the first ranks taking the remainder).
+  at::Tensor reducescatter(const at::Tensor& tensor, ReduceOp op = Average,
+                           const std::string& name = "", double prescale = 1.0,
+                           double postscale = 1.0);
+  TensorHandle reducescatter_async(const at::Tensor& tensor, ReduceOp op = Average,
+                                   const std::string& name = "", double prescale = 1.0,
+                                   double postscale = 1.0);
+
+  void barrier();
+  // This rank has no more data; blocks until every rank joined and returns
+  // the last rank to join (see Engine::join).
+  int join();
+
+  // root's bytes on every rank (other ranks' argument is ignored).
+  std::string broadcast_object(const std::string& bytes, int root = 0,
+                               const std::string& name = "");
+
+  // `name` if not empty, else the next generated name for `op`.
+  std::string name_or_next(const std::string& name, const char* op);
+
+ private:
+  friend Context& default_context();
+  Context() = default;  // the default engine
+
+  Engine* engine_ = nullptr;  // null: kolo::defaultEngine()
+  std::array<std::atomic<uint64_t>, 8> counters_{};
+};
+
+// The context of kolo::defaultEngine(); valid before init() (it resolves the
+// engine at each call).
+Context& default_context();
+
+// ---- functional API on the default engine ----------------------------------
+
+inline at::Tensor allreduce(const at::Tensor& t, ReduceOp op = Average,
+                            const std::string& name = "", double prescale = 1.0,
+                            double postscale = 1.0) {
+  return default_context().allreduce(t, op, name, prescale, postscale);
+}
+inline at::Tensor allreduce_(const at::Tensor& t, ReduceOp op = Average,
+                             const std::string& name = "", double prescale = 1.0,
+                             double postscale = 1.0) {
+  return default_context().allreduce_(t, op, name, prescale, postscale);
+}
+inline TensorHandle allreduce_async(const at::Tensor& t, ReduceOp op = Average,
+                                    const std::string& name = "", double prescale = 1.0,
+                                    double postscale = 1.0) {
+  return default_context().allreduce_async(t, op, name, prescale, postscale);
+}
+inline TensorHandle allreduce_async_(const at::Tensor& t, ReduceOp op = Average,
+                                     const std::string& name = "", double prescale = 1.0,
+                                     double postscale = 1.0) {
+  return default_context().allreduce_async_(t, op, name, prescale, postscale);
+}
+inline std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& ts,
+                                                 ReduceOp op = Average,
+                                                 const std::string& name = "",
+                                                 double prescale = 1.0,
+                                                 double postscale = 1.0) {
+  return default_context().grouped_allreduce(ts, op, name, prescale, postscale);
+}
+inline std::vector<TensorHandle> grouped_allreduce_async(const std::vector<at::Tensor>& ts,
+                                                         ReduceOp op = Average,
+                                                         const std::string& name = "",
+                                                         double prescale = 1.0,
+                                                         double postscale = 1.0) {
+  return default_context().grouped_allreduce_async(ts, op, name, prescale, postscale);
+}
+inline at::Tensor allgather(const at::Tensor& t, const std::string& name = "") {
+  return default_context().allgather(t, name);
+}
+inline TensorHandle allgather_async(const at::Tensor& t, const std::string& name = "") {
+  return default_context().allgather_async(t, name);
+}
+inline at::Tensor broadcast(const at::Tensor& t, int root, const std::string& name = "") {
+  return default_context().broadcast(t, root, name);
+}
+inline at::Tensor broadcast_(const at::Tensor& t, int root, const std::string& name = "") {
+  return default_context().broadcast_(t, root, name);
+}
+inline TensorHandle broadcast_async(const at::Tensor& t, int root,
+                                    const std::string& name = "") {
+  return default_context().broadcast_async(t, root, name);
+}
+inline TensorHandle broadcast_async_(const at::Tensor& t, int root,
+                                     const std::string& name = "") {
+  return default_context().broadcast_async_(t, root, name);
+}
+inline AlltoallResult alltoall(const at::Tensor& t, const std::vector<int64_t>& splits = {},
+                               const std::string& name = "") {
+  return default_context().alltoall(t, splits, name);
+}
+inline TensorHandle alltoall_async(const at::Tensor& t,
+                                   const std::vector<int64_t>& splits = {},
+                                   const std::string& name = "") {
+  return default_context().alltoall_async(t, splits, name);
+}
+inline at::Tensor reducescatter(const at::Tensor& t, ReduceOp op = Average,
+                                const std::string& name = "", double prescale = 1.0,
+                                double postscale = 1.0) {
+  return default_context().reducescatter(t, op, name, prescale, postscale);
+}
+inline TensorHandle reducescatter_async(const at::Tensor& t, ReduceOp op = Average,
+                                        const std::string& name = "", double prescale = 1.0,
+                                        double postscale = 1.0) {
+  return default_context().reducescatter_async(t, op, name, prescale, postscale);
+}
+inline void barrier() { default_context().barrier(); }
+inline int join() { return default_context().join(); }
+inline std::string broadcast_object(const std::string& bytes, int root = 0,
+                                    const std::string& name = "") {
+  return default_context().broadcast_object(bytes, root, name);
+}
+inline bool poll(const TensorHandle& handle) { return handle.poll(); }
+inline at::Tensor synchronize(const TensorHandle& handle) { return handle.wait(); }
+
+// ---- model and optimizer state ----------------------------------------------
+
+// Overwrites every tensor with root's values, in place (under NoGradGuard).
+// Collective: every rank calls it with the same names. The module overload
+// covers parameters and buffers (BatchNorm running statistics).
+void broadcast_parameters(const NamedTensors& tensors, int root = 0,
+                          Context& ctx = default_context());
+void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& tensors,
+                          int root = 0, Context& ctx = default_context());
+void broadcast_parameters(const ::torch::nn::Module& module, int root = 0,
+                          Context& ctx = default_context());
+
+// Makes the optimizer's per-parameter state (Adam exp_avg/exp_avg_sq/
+// max_exp_avg_sq/step, SGD momentum_buffer, RMSprop square_avg, Adagrad
+// sum/step, ...) and its param-group options (lr, betas, momentum,
+// weight_decay, ...) equal to root's, also on ranks whose state is still
+// empty. Every rank's optimizer must be the same type over the same
+// parameter layout. Collective.
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root = 0,
+                               Context& ctx = default_context());
+
+// ---- DistributedOptimizer -----------------------------------------------------
+
+enum class Compression {
+  kNone,
+  kFP16,  // gradients travel as float16 and are cast back after the reduction
+  kBF16,  // same with bfloat16
+};
+
+struct DistributedOptimizerOptions {
+  // Local backward passes accumulated before gradients are reduced. The
+  // gradients of those passes are summed, as LibTorch accumulates them;
+  // scale the loss by 1/backward_passes_per_step to average instead.
+  int backward_passes_per_step = 1;
+  ReduceOp op = Average;  // Average or Sum
+  Compression compression = Compression::kNone;
+  // Average only: multiply by 1/f before the reduction and by f after the
+  // averaging (keeps large sums in range, as Horovod does).
+  double gradient_predivide_factor = 1.0;
+  // Gradients of one group are reduced together once all are ready on this
+  // rank. num_groups > 0 splits the parameters (optimizer order) into that
+  // many contiguous groups; or list groups of parameter names explicitly.
+  int num_groups = 0;
+  std::vector<std::vector<std::string>> groups;
+  // Prefix of the engine names of the gradients ("<prefix><param name>");
+  // give two DistributedOptimizers on one engine different prefixes.
+  std::string name_prefix = "grad.";
+};
+
+// Wraps a LibTorch optimizer so gradients are averaged over ranks.
+//
+// Construct it after the model is on its device: it registers a post-hook
+// on every parameter's gradient accumulator, which enqueues that gradient's
+// allreduce as soon as backward has accumulated it (after
+// backward_passes_per_step passes), so communication overlaps the rest of
+// backward. step() waits for all of them, writes the reduced gradients back
+// into param.grad() and steps the wrapped optimizer. Parameters whose
+// gradient never arrived in a step (unused on this rank) contribute zeros,
+// so every rank submits the same set; their grad is then defined (zeros).
+//
+// The wrapped optimizer stays the one that owns state: save/load it and
+// attach LR schedulers to optimizer() (or to the shared_ptr you passed).
+// Threading: use from the thread that runs backward.
+class DistributedOptimizer {
+ public:
+  DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer,
+                       const NamedTensors& named_parameters,
+                       DistributedOptimizerOptions options = {},
+                       Context& ctx = default_context());
+  DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer,
+                       const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+                       DistributedOptimizerOptions options = {},
+                       Context& ctx = default_context());
+  // Removes the hooks and waits for allreduces still in flight.
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // synchronize() (unless inside skip_synchronize()) and the wrapped step.
+  // With a closure, the closure (forward + backward) runs first.
+  at::Tensor step(::torch::optim::Optimizer::LossClosure closure = nullptr);
+
+  // Submits the gradients that have not been submitted yet (zeros where a
+  // parameter got none), waits for every allreduce and writes the results
+  // into param.grad(). Calling it again before new gradients arrive is a
+  // no-op. Throws the first failed allreduce's error.
+  void synchronize();
+
+  // While alive, step() does not synchronize: call synchronize() yourself,
+  // then e.g. clip the averaged gradients, then step().
+  class SkipSynchronize {
+   public:
+    explicit SkipSynchronize(DistributedOptimizer& owner);
+    ~SkipSynchronize();
+    SkipSynchronize(const SkipSynchronize&) = delete;
+    SkipSynchronize& operator=(const SkipSynchronize&) = delete;
+
+   private:
+    DistributedOptimizer& owner_;
+  };
+  [[nodiscard]] SkipSynchronize skip_synchronize() { return SkipSynchronize(*this); }
+
+  // The wrapped optimizer's zero_grad(). Throws InvalidArgument while
+  // allreduces are in flight (after backward, before step/synchronize).
+  void zero_grad();
+  void zero_grad(bool set_to_none);
+
+  ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const std::shared_ptr<::torch::optim::Optimizer>& optimizer_ptr() const { return optimizer_; }
+  const DistributedOptimizerOptions& options() const;
+
+  // Gradient allreduces enqueued since the last synchronize() (by the hooks
+  // or by synchronize itself). Lets tests observe overlap.
+  int submitted() const;
+
+  struct State;  // shared with the gradient hooks
+
+ private:
+  std::shared_ptr<::torch::optim::Optimizer> optimizer_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kolo::torch
