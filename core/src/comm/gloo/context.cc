@@ -6,6 +6,7 @@
 
 #include <net/if.h>
 
+#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
@@ -16,6 +17,9 @@
 
 namespace kolo::comm::gloo {
 namespace {
+
+// Tag of the barrier that ends connect(); run() hands out tags from 1.
+constexpr uint32_t kConnectTag = 0;
 
 bool mentionsTimeout(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
@@ -71,6 +75,15 @@ std::unique_ptr<Context> Context::connect(const BackendArgs& args,
   try {
     context->setTimeout(timeout);
     context->connectFullMesh(store, device);
+    if (size > 1) {
+      // Nobody returns (and so nobody can close a connection) before every
+      // rank has finished accepting its connections: gloo aborts the process
+      // when a connection is reset before its accept has been handled.
+      ::gloo::BarrierOptions barrier(context);
+      barrier.setTag(kConnectTag);
+      barrier.setTimeout(timeout);
+      ::gloo::barrier(barrier);
+    }
   } catch (const Timeout& e) {
     throw Timeout(what + e.what());
   } catch (const Error&) {
@@ -92,9 +105,11 @@ Context::Context(std::shared_ptr<::gloo::Context> context, int rank, int size,
     : context_(std::move(context)), rank_(rank), size_(size), timeout_(timeout) {}
 
 Context::~Context() {
-  closeConnections();
-  // Releasing the context destroys the pairs and then the device, whose
-  // destructor joins gloo's event loop thread.
+  // Soft close: destroying the pairs closes their sockets after the kernel
+  // has sent what is queued, then the device joins gloo's event loop thread.
+  // closeConnections() (a reset) is kept for failures: after a successful
+  // collective it could drop the tail of this rank's last message to a
+  // peer, which gloo then never reports to the peer's waiting receive.
   context_.reset();
 }
 

@@ -25,14 +25,15 @@ class Context {
  public:
   // Connects args.identity.rank to every other rank through args.store, with
   // keys under `prefix`. Every rank must call this with the same prefix.
-  // Blocks until the mesh is up; throws Timeout when a peer does not show up
+  // Blocks until every rank's mesh is up (it ends with a barrier); throws Timeout when a peer does not show up
   // within args.config.timeout, InvalidArgument for a bad identity or
   // interface, PeerFailure for any other connection error.
   static std::unique_ptr<Context> connect(const BackendArgs& args,
                                           const std::string& prefix);
 
-  // Closes every connection, so a peer blocked in a collective with this rank
-  // fails promptly with PeerFailure instead of waiting for its timeout.
+  // Closes every connection (after flushing what was sent), so a peer blocked
+  // in a collective with this rank fails promptly with PeerFailure instead of
+  // waiting for its timeout.
   ~Context();
 
   Context(const Context&) = delete;
@@ -62,7 +63,7 @@ class Context {
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
-  uint32_t nextTag_ = 0;
+  uint32_t nextTag_ = 1;
   bool failed_ = false;
   bool failedByTimeout_ = false;
   std::string failure_;
