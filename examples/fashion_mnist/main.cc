@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
       optimizer.step();
       lossSum += loss.item<double>();
       images += static_cast<size_t>(batch.data.size(0));
-      if (rank == 0 && ++batches % 100 == 0) {
+      ++batches;
+      if (rank == 0 && batches % 100 == 0) {
         std::printf("  epoch %d: %zu/%zu batches, loss %.4f\n", epoch, batches, batchesPerEpoch,
                     lossSum / batches);
         std::fflush(stdout);

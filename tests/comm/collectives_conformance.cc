@@ -11,10 +11,9 @@
 namespace kolo::test {
 namespace {
 
-std::string where(const char* op, DataType dtype, int n, int rank,
-                  const std::string& detail) {
-  return std::string(op) + " " + toString(dtype) + " (" + detail + ") with " +
-         std::to_string(n) + " ranks, on rank " + std::to_string(rank);
+std::string where(const char* op, DataType dtype, int n, int rank, const std::string& detail) {
+  return std::string(op) + " " + toString(dtype) + " (" + detail + ") with " + std::to_string(n) +
+         " ranks, on rank " + std::to_string(rank);
 }
 
 std::vector<size_t> offsetsOf(const std::vector<size_t>& counts) {
@@ -31,23 +30,22 @@ size_t sum(const std::vector<size_t>& counts) {
 std::vector<std::vector<size_t>> countPatterns(int n) {
   std::vector<std::vector<size_t>> patterns(4, std::vector<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    patterns[0][r] = 0;                                 // all empty
+    patterns[0][r] = 0;                                   // all empty
     patterns[1][r] = static_cast<size_t>(r * 5 + 3) % 7;  // uneven, r=5 empty
-    patterns[2][r] = r == n - 1 ? 1027 : 0;             // one rank only
+    patterns[2][r] = r == n - 1 ? 1027 : 0;               // one rank only
     patterns[3][r] = r == 0 ? 0 : static_cast<size_t>(r) * 3 + 1;
   }
   return patterns;
 }
 
-void checkAllreduce(comm::Collectives& c, int rank, int n, DataType dtype,
-                    ReduceOp op, size_t count) {
+void checkAllreduce(comm::Collectives& c, int rank, int n, DataType dtype, ReduceOp op,
+                    size_t count) {
   TypedBuffer buf(dtype, count);
   for (size_t i = 0; i < count; ++i) buf.set(i, reduceInput(dtype, op, rank, i));
   c.allreduce(buf.data(), count, dtype, op);
   expectElements(buf, 0, count,
                  where("allreduce", dtype, n, rank,
-                       std::string(toString(op)) + ", " + std::to_string(count) +
-                           " elements"),
+                       std::string(toString(op)) + ", " + std::to_string(count) + " elements"),
                  [&](size_t i) { return reduceExpected(dtype, op, n, i); });
 }
 
@@ -60,14 +58,13 @@ void checkAllgatherv(comm::Collectives& c, int rank, int n, DataType dtype,
   const auto offsets = offsetsOf(counts);
   for (int r = 0; r < n; ++r) {
     expectElements(out, offsets[r], counts[r],
-                   where("allgatherv", dtype, n, rank,
-                         "block of rank " + std::to_string(r)),
+                   where("allgatherv", dtype, n, rank, "block of rank " + std::to_string(r)),
                    [&](size_t j) { return dataValue(dtype, r * 1000 + j); });
   }
 }
 
-void checkReducescatter(comm::Collectives& c, int rank, int n, DataType dtype,
-                        ReduceOp op, const std::vector<size_t>& counts) {
+void checkReducescatter(comm::Collectives& c, int rank, int n, DataType dtype, ReduceOp op,
+                        const std::vector<size_t>& counts) {
   const size_t total = sum(counts);
   TypedBuffer in(dtype, total);
   for (size_t i = 0; i < total; ++i) in.set(i, reduceInput(dtype, op, rank, i));
@@ -76,8 +73,7 @@ void checkReducescatter(comm::Collectives& c, int rank, int n, DataType dtype,
   const size_t offset = offsetsOf(counts)[rank];
   expectElements(out, 0, counts[rank],
                  where("reducescatter", dtype, n, rank,
-                       std::string(toString(op)) + ", " +
-                           std::to_string(counts[rank]) + " of " +
+                       std::string(toString(op)) + ", " + std::to_string(counts[rank]) + " of " +
                            std::to_string(total) + " elements"),
                  [&](size_t j) { return reduceExpected(dtype, op, n, offset + j); });
 }
@@ -89,8 +85,7 @@ size_t alltoallCount(int a, int b, int k) {
   return static_cast<size_t>(a * 2 + b * 3 + k) % 4;
 }
 
-void checkAlltoallv(comm::Collectives& c, int rank, int n, DataType dtype,
-                    int k) {
+void checkAlltoallv(comm::Collectives& c, int rank, int n, DataType dtype, int k) {
   std::vector<size_t> sendCounts(n), recvCounts(n);
   for (int r = 0; r < n; ++r) {
     sendCounts[r] = alltoallCount(rank, r, k);
@@ -110,14 +105,12 @@ void checkAlltoallv(comm::Collectives& c, int rank, int n, DataType dtype,
   for (int r = 0; r < n; ++r) {
     expectElements(out, recvOffsets[r], recvCounts[r],
                    where("alltoallv", dtype, n, rank,
-                         "pattern " + std::to_string(k) + ", block from rank " +
-                             std::to_string(r)),
+                         "pattern " + std::to_string(k) + ", block from rank " + std::to_string(r)),
                    [&](size_t j) { return dataValue(dtype, seed(r, rank, j)); });
   }
 }
 
-void checkBroadcast(comm::Collectives& c, int rank, int n, DataType dtype,
-                    int root, size_t count) {
+void checkBroadcast(comm::Collectives& c, int rank, int n, DataType dtype, int root, size_t count) {
   TypedBuffer buf(dtype, count);
   for (size_t i = 0; i < count; ++i) {
     buf.set(i, dataValue(dtype, rank == root ? root * 7 + i : root * 7 + i + 1));
@@ -125,15 +118,13 @@ void checkBroadcast(comm::Collectives& c, int rank, int n, DataType dtype,
   c.broadcast(buf.data(), count, dtype, root);
   expectElements(buf, 0, count,
                  where("broadcast", dtype, n, rank,
-                       "root " + std::to_string(root) + ", " +
-                           std::to_string(count) + " elements"),
+                       "root " + std::to_string(root) + ", " + std::to_string(count) + " elements"),
                  [&](size_t i) { return dataValue(dtype, root * 7 + i); });
 }
 
 TEST_P(CollectivesConformance, Name) {
-  runCollectives(backend(), worldSize(), [](int, comm::Collectives& c) {
-    EXPECT_NE(std::string(c.name()), "");
-  });
+  runCollectives(backend(), worldSize(),
+                 [](int, comm::Collectives& c) { EXPECT_NE(std::string(c.name()), ""); });
 }
 
 TEST_P(CollectivesConformance, AllreduceEveryDtypeAndOp) {

@@ -32,8 +32,7 @@ Config commConfig() {
   return config;
 }
 
-void runWithArgs(int n,
-                 const std::function<void(int rank, const comm::BackendArgs&)>& fn,
+void runWithArgs(int n, const std::function<void(int rank, const comm::BackendArgs&)>& fn,
                  const Config& config) {
   auto store = makeHashStore();
   // A rank that fails a check throws and destroys its channels, so its peers
@@ -80,24 +79,22 @@ void runControl(const CommBackend& backend, int n,
   runWithArgs(
       n,
       [&](int rank, const comm::BackendArgs& args) {
-    auto control = backend.createControlChannel(args);
-    if (control->rank() != rank || control->size() != n) {
-      throw std::runtime_error("control channel reports rank " +
-                               std::to_string(control->rank()) + " of " +
-                               std::to_string(control->size()));
-    }
-    fn(rank, *control);
+        auto control = backend.createControlChannel(args);
+        if (control->rank() != rank || control->size() != n) {
+          throw std::runtime_error("control channel reports rank " +
+                                   std::to_string(control->rank()) + " of " +
+                                   std::to_string(control->size()));
+        }
+        fn(rank, *control);
       },
       config);
 }
 
-std::string commTestName(
-    const ::testing::TestParamInfo<std::tuple<CommBackend, int>>& info) {
+std::string commTestName(const ::testing::TestParamInfo<std::tuple<CommBackend, int>>& info) {
   return std::to_string(std::get<1>(info.param)) + "ranks";
 }
 
-std::string commFailureTestName(
-    const ::testing::TestParamInfo<CommBackend>& info) {
+std::string commFailureTestName(const ::testing::TestParamInfo<CommBackend>& info) {
   return info.param.name;  // one instance per backend
 }
 

@@ -50,8 +50,8 @@ TEST_P(ControlChannelConformance, AllreduceAndOr) {
       ch.allreduceOr(o);
       require(a == wantAnd, "allreduceAnd of " + std::to_string(length) +
                                 " words differs on rank " + std::to_string(rank));
-      require(o == wantOr, "allreduceOr of " + std::to_string(length) +
-                               " words differs on rank " + std::to_string(rank));
+      require(o == wantOr, "allreduceOr of " + std::to_string(length) + " words differs on rank " +
+                               std::to_string(rank));
     }
   });
 }
@@ -62,8 +62,8 @@ TEST_P(ControlChannelConformance, GathervEveryRoot) {
     for (int root = 0; root < n; ++root) {
       auto got = ch.gatherv(payload(rank, root, gatherLength(rank, root)), root);
       if (rank != root) {
-        require(got.empty(), "gatherv: non-root rank " + std::to_string(rank) +
-                                 " got " + std::to_string(got.size()) + " entries");
+        require(got.empty(), "gatherv: non-root rank " + std::to_string(rank) + " got " +
+                                 std::to_string(got.size()) + " entries");
         continue;
       }
       require(got.size() == static_cast<size_t>(n),
@@ -71,8 +71,8 @@ TEST_P(ControlChannelConformance, GathervEveryRoot) {
       for (int r = 0; r < n; ++r) {
         require(got[r] == payload(r, root, gatherLength(r, root)),
                 "gatherv to root " + std::to_string(root) + ": bytes from rank " +
-                    std::to_string(r) + " differ (got " +
-                    std::to_string(got[r].size()) + " bytes)");
+                    std::to_string(r) + " differ (got " + std::to_string(got[r].size()) +
+                    " bytes)");
       }
     }
     // One large payload.
@@ -98,8 +98,7 @@ TEST_P(ControlChannelConformance, BroadcastEveryRoot) {
         ch.broadcast(bytes, root);
         require(bytes == payload(root, root, length),
                 "broadcast of " + std::to_string(length) + " bytes from root " +
-                    std::to_string(root) + " differs on rank " +
-                    std::to_string(rank) + " (got " +
+                    std::to_string(root) + " differs on rank " + std::to_string(rank) + " (got " +
                     std::to_string(bytes.size()) + " bytes)");
       }
     }
@@ -117,10 +116,9 @@ TEST_P(ControlChannelConformance, BarrierWaitsForEveryRank) {
       ++arrived;
       ch.barrier();
       const int seen = arrived.load();
-      require(seen == n * round,
-              "barrier round " + std::to_string(round) + " let rank " +
-                  std::to_string(rank) + " through after " +
-                  std::to_string(seen) + " arrivals");
+      require(seen == n * round, "barrier round " + std::to_string(round) + " let rank " +
+                                     std::to_string(rank) + " through after " +
+                                     std::to_string(seen) + " arrivals");
       ch.barrier();  // nobody starts the next round before all checked
     }
   });

@@ -87,12 +87,10 @@ void destroyDuringAllreduce(const CommBackend& backend, int n, int leaver) {
         }
         std::vector<float> buf(1027, 1.0f);
         first[rank] = expectFailure([&] {
-          collectives->allreduce(buf.data(), buf.size(), DataType::kFloat32,
-                                 ReduceOp::kSum);
+          collectives->allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
         });
         second[rank] = expectFailure([&] {
-          collectives->allreduce(buf.data(), buf.size(), DataType::kFloat32,
-                                 ReduceOp::kSum);
+          collectives->allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
         });
       },
       failureConfig(std::chrono::seconds(5)));
@@ -148,8 +146,7 @@ TEST_P(CommFailureConformance, SilentPeerTimesOut) {
         }
         std::vector<int64_t> buf(7, 1);
         outcome = expectFailure([&] {
-          collectives->allreduce(buf.data(), buf.size(), DataType::kInt64,
-                                 ReduceOp::kSum);
+          collectives->allreduce(buf.data(), buf.size(), DataType::kInt64, ReduceOp::kSum);
         });
         done.open();
       },
@@ -163,13 +160,10 @@ TEST_P(CommFailureConformance, InvalidArgumentsDoNotBreakTheBackend) {
   runWithArgs(2, [&](int rank, const comm::BackendArgs& args) {
     auto collectives = backend().createCollectives(args);
     std::vector<float> buf(4, 1.0f);
-    EXPECT_THROW(collectives->allgatherv(buf.data(), buf.data(), {1, 2, 3},
-                                         DataType::kFloat32),
+    EXPECT_THROW(collectives->allgatherv(buf.data(), buf.data(), {1, 2, 3}, DataType::kFloat32),
                  InvalidArgument);
-    EXPECT_THROW(collectives->broadcast(buf.data(), 4, DataType::kFloat32, 2),
-                 InvalidArgument);
-    EXPECT_THROW(collectives->allreduce(buf.data(), 4, DataType::kFloat32,
-                                        ReduceOp::kAverage),
+    EXPECT_THROW(collectives->broadcast(buf.data(), 4, DataType::kFloat32, 2), InvalidArgument);
+    EXPECT_THROW(collectives->allreduce(buf.data(), 4, DataType::kFloat32, ReduceOp::kAverage),
                  InvalidArgument);
     collectives->allreduce(buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(buf[0], 2.0f) << "rank " << rank;

@@ -7,17 +7,14 @@
 namespace kolo::test {
 
 const DataType kAllDataTypes[kNumDataTypes] = {
-    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
-    DataType::kInt8, DataType::kUInt8, DataType::kBool};
-const ReduceOp kReduceOps[4] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kProduct};
+    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+    DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+    DataType::kInt8,     DataType::kUInt8,   DataType::kBool};
+const ReduceOp kReduceOps[4] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 namespace {
 
-bool isUnsigned(DataType dtype) {
-  return dtype == DataType::kUInt8 || dtype == DataType::kBool;
-}
+bool isUnsigned(DataType dtype) { return dtype == DataType::kUInt8 || dtype == DataType::kBool; }
 
 void requireSmallInteger(double v) {
   if (v != std::floor(v) || std::fabs(v) > 2048) {
@@ -88,31 +85,49 @@ TypedBuffer::TypedBuffer(DataType dtype, size_t count)
 void TypedBuffer::set(size_t i, double v) {
   char* p = bytes_.data() + i * elementSize_;
   switch (dtype_) {
-    case DataType::kFloat32: return put(p, static_cast<float>(v));
-    case DataType::kFloat64: return put(p, v);
-    case DataType::kFloat16: return put(p, encodeHalf(v));
-    case DataType::kBFloat16: return put(p, encodeBFloat16(v));
-    case DataType::kInt32: return put(p, static_cast<int32_t>(v));
-    case DataType::kInt64: return put(p, static_cast<int64_t>(v));
-    case DataType::kInt8: return put(p, static_cast<int8_t>(v));
-    case DataType::kUInt8: return put(p, static_cast<uint8_t>(v));
-    case DataType::kBool: return put(p, static_cast<uint8_t>(v != 0));
+    case DataType::kFloat32:
+      return put(p, static_cast<float>(v));
+    case DataType::kFloat64:
+      return put(p, v);
+    case DataType::kFloat16:
+      return put(p, encodeHalf(v));
+    case DataType::kBFloat16:
+      return put(p, encodeBFloat16(v));
+    case DataType::kInt32:
+      return put(p, static_cast<int32_t>(v));
+    case DataType::kInt64:
+      return put(p, static_cast<int64_t>(v));
+    case DataType::kInt8:
+      return put(p, static_cast<int8_t>(v));
+    case DataType::kUInt8:
+      return put(p, static_cast<uint8_t>(v));
+    case DataType::kBool:
+      return put(p, static_cast<uint8_t>(v != 0));
   }
 }
 
 double TypedBuffer::get(size_t i) const {
   const char* p = bytes_.data() + i * elementSize_;
   switch (dtype_) {
-    case DataType::kFloat32: return take<float>(p);
-    case DataType::kFloat64: return take<double>(p);
-    case DataType::kFloat16: return decodeHalf(take<uint16_t>(p));
-    case DataType::kBFloat16: return decodeBFloat16(take<uint16_t>(p));
-    case DataType::kInt32: return take<int32_t>(p);
-    case DataType::kInt64: return static_cast<double>(take<int64_t>(p));
-    case DataType::kInt8: return take<int8_t>(p);
-    case DataType::kUInt8: return take<uint8_t>(p);
+    case DataType::kFloat32:
+      return take<float>(p);
+    case DataType::kFloat64:
+      return take<double>(p);
+    case DataType::kFloat16:
+      return decodeHalf(take<uint16_t>(p));
+    case DataType::kBFloat16:
+      return decodeBFloat16(take<uint16_t>(p));
+    case DataType::kInt32:
+      return take<int32_t>(p);
+    case DataType::kInt64:
+      return static_cast<double>(take<int64_t>(p));
+    case DataType::kInt8:
+      return take<int8_t>(p);
+    case DataType::kUInt8:
+      return take<uint8_t>(p);
     // Raw byte: a backend that leaves 2 where a bool should be is wrong.
-    case DataType::kBool: return take<uint8_t>(p);
+    case DataType::kBool:
+      return take<uint8_t>(p);
   }
   return NAN;
 }
@@ -153,11 +168,20 @@ double reduceExpected(DataType dtype, ReduceOp op, int n, size_t i) {
       continue;
     }
     switch (op) {
-      case ReduceOp::kSum: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::fmin(acc, v); break;
-      case ReduceOp::kMax: acc = std::fmax(acc, v); break;
-      default: throw std::logic_error("unexpected reduce op");
+      case ReduceOp::kSum:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::fmin(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::fmax(acc, v);
+        break;
+      default:
+        throw std::logic_error("unexpected reduce op");
     }
   }
   return acc;
@@ -169,11 +193,9 @@ double dataValue(DataType dtype, size_t seed) {
   return isUnsigned(dtype) ? v : v - 6;
 }
 
-void failElement(const std::string& context, size_t i, double got,
-                 double expected) {
-  throw std::runtime_error(context + ": element " + std::to_string(i) +
-                           ": got " + std::to_string(got) + ", expected " +
-                           std::to_string(expected));
+void failElement(const std::string& context, size_t i, double got, double expected) {
+  throw std::runtime_error(context + ": element " + std::to_string(i) + ": got " +
+                           std::to_string(got) + ", expected " + std::to_string(expected));
 }
 
 }  // namespace kolo::test

@@ -52,15 +52,14 @@ double dataValue(DataType dtype, size_t seed);
 // Throws std::runtime_error("<context>: element i: got X, expected Y") on the
 // first element where buf differs from expected(i).
 template <typename Expected>
-void expectElements(const TypedBuffer& buf, size_t offset, size_t count,
-                    const std::string& context, Expected expected);
+void expectElements(const TypedBuffer& buf, size_t offset, size_t count, const std::string& context,
+                    Expected expected);
 
-void failElement(const std::string& context, size_t i, double got,
-                 double expected);
+void failElement(const std::string& context, size_t i, double got, double expected);
 
 template <typename Expected>
-void expectElements(const TypedBuffer& buf, size_t offset, size_t count,
-                    const std::string& context, Expected expected) {
+void expectElements(const TypedBuffer& buf, size_t offset, size_t count, const std::string& context,
+                    Expected expected) {
   for (size_t i = 0; i < count; ++i) {
     const double want = expected(i);
     const double got = buf.get(offset + i);

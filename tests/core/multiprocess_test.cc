@@ -23,8 +23,10 @@ struct Worker {
   int status = -1;
 };
 
+enum class Launcher { kKolo, kTorchrun };
+
 Worker startWorker(int rank, int size, uint16_t port, const std::string& scenario,
-                   const std::string& timeoutSeconds) {
+                   const std::string& timeoutSeconds, Launcher launcher = Launcher::kKolo) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   Worker w;
@@ -32,13 +34,22 @@ Worker startWorker(int rank, int size, uint16_t port, const std::string& scenari
   if (w.pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    setenv("KOLO_RANK", std::to_string(rank).c_str(), 1);
-    setenv("KOLO_SIZE", std::to_string(size).c_str(), 1);
-    setenv("KOLO_LOCAL_RANK", std::to_string(rank).c_str(), 1);
-    setenv("KOLO_LOCAL_SIZE", std::to_string(size).c_str(), 1);
-    setenv("KOLO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
-    setenv("KOLO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
-    setenv("KOLO_SECRET_KEY", "multiprocess-test-secret", 1);
+    if (launcher == Launcher::kKolo) {
+      setenv("KOLO_RANK", std::to_string(rank).c_str(), 1);
+      setenv("KOLO_SIZE", std::to_string(size).c_str(), 1);
+      setenv("KOLO_LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("KOLO_LOCAL_SIZE", std::to_string(size).c_str(), 1);
+      setenv("KOLO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+      setenv("KOLO_RENDEZVOUS_PORT", std::to_string(port).c_str(), 1);
+      setenv("KOLO_SECRET_KEY", "multiprocess-test-secret", 1);
+    } else {  // what torchrun sets; rank 0 hosts kolo's store on MASTER_PORT+1
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(size).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port - 1).c_str(), 1);
+    }
     setenv("KOLO_TIMEOUT", timeoutSeconds.c_str(), 1);
     setenv("KOLO_LOG_LEVEL", "off", 1);
     execl(KOLO_MP_WORKER, KOLO_MP_WORKER, scenario.c_str(), nullptr);
@@ -74,6 +85,26 @@ TEST(MultiProcess, TwoProcessesAllreduceOverTheTcpStore) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
   std::vector<Worker> workers;
   for (int r = 0; r < 2; ++r) workers.push_back(startWorker(r, 2, server.port(), "sum", "20"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
+    EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
+  }
+}
+
+// A port nobody listens on right now (bind to 0, read it, close).
+uint16_t freePort() {
+  kolo::TcpStoreServer probe("127.0.0.1", 0, "probe");
+  return probe.port();
+}
+
+TEST(MultiProcess, TorchrunEnvironmentRankZeroHostsTheStore) {
+  const uint16_t port = freePort();
+  std::vector<Worker> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(startWorker(r, 2, port, "sum", "20", Launcher::kTorchrun));
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (auto& w : workers) {
     finish(w, deadline);

@@ -274,6 +274,9 @@ TEST_F(TorchCollectives, ClearErrorsForBadTensors) {
     expectThrowContaining([&] { ctx.allreduce(torch::ones({2}, torch::kInt), kt::Sum, "s", 2.0); },
                           "floating-point");
     expectThrowContaining([&] { ctx.broadcast(torch::ones({2}), 5, "root"); }, "root rank 5");
+    expectThrowContaining(
+        [&] { ctx.allreduce(torch::empty({2}, torch::device(torch::kMeta)), kt::Sum, "meta"); },
+        "must be on the CPU or a CUDA device, got meta");
     // The engine still works after rejected requests.
     EXPECT_EQ(ctx.allreduce(torch::ones({2}), kt::Sum, "ok").sum().item<float>(), 2.0f);
     EXPECT_THROW(kt::TensorHandle().wait(), kolo::InvalidArgument);

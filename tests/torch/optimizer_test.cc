@@ -420,7 +420,15 @@ TEST_F(TorchOptimizer, WrappedOptimizerKeepsSchedulersAndFrozenParameters) {
       opt.step();
       scheduler.step();
     }
-    EXPECT_DOUBLE_EQ(opt.optimizer().param_groups()[0].options().get_lr(), 0.1);
+    // The scheduler drives the wrapped optimizer exactly as a plain one.
+    auto plain = std::make_shared<torch::optim::SGD>(net->parameters(),
+                                                     torch::optim::SGDOptions(0.4));
+    torch::optim::StepLR plainScheduler(*plain, 1, 0.5);
+    plainScheduler.step();
+    plainScheduler.step();
+    EXPECT_DOUBLE_EQ(opt.optimizer().param_groups()[0].options().get_lr(),
+                     plain->param_groups()[0].options().get_lr());
+    EXPECT_LT(opt.optimizer().param_groups()[0].options().get_lr(), 0.4);
     EXPECT_TRUE(torch::equal(net->fc1->bias, frozen));
   });
 }

@@ -7,6 +7,8 @@
 
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #ifndef KOLO_TORCH_WITH_CUDA
 #define KOLO_TORCH_WITH_CUDA 0  // set by adapters/torch/CMakeLists.txt
@@ -40,12 +42,24 @@ inline void zeroGrad(::torch::optim::Optimizer& optimizer, bool setToNone) {
 // The wrapped optimizer's default zero_grad() (zeros in 1.13, None in 2.x).
 inline void zeroGrad(::torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
 
-// Key of a parameter in Optimizer::state(): the address of its TensorImpl
-// printed as by operator<< (same in 1.13 and 2.x).
-inline std::string stateKey(const at::Tensor& param) {
+// Key of a parameter in Optimizer::state(): the address of its TensorImpl,
+// printed as a string in 1.13 and early 2.x, the pointer itself later.
+using StateKey =
+    std::decay_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
+
+namespace detail {
+inline std::string makeStateKey(const at::Tensor& param, std::string*) {
   std::ostringstream os;
   os << param.unsafeGetTensorImpl();
   return os.str();
+}
+inline void* makeStateKey(const at::Tensor& param, void**) {
+  return param.unsafeGetTensorImpl();
+}
+}  // namespace detail
+
+inline StateKey stateKey(const at::Tensor& param) {
+  return detail::makeStateKey(param, static_cast<StateKey*>(nullptr));
 }
 
 // Makes the work queued on tensor's current CUDA stream visible to the

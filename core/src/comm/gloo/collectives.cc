@@ -28,25 +28,30 @@ constexpr uint8_t kReduceScatterSlotPrefix = 0x42;
 template <typename Fn>
 void withStorageType(DataType dtype, Fn&& fn) {
   switch (dtype) {
-    case DataType::kFloat32: return fn(static_cast<float*>(nullptr));
-    case DataType::kFloat64: return fn(static_cast<double*>(nullptr));
+    case DataType::kFloat32:
+      return fn(static_cast<float*>(nullptr));
+    case DataType::kFloat64:
+      return fn(static_cast<double*>(nullptr));
     case DataType::kFloat16:
-    case DataType::kBFloat16: return fn(static_cast<uint16_t*>(nullptr));
-    case DataType::kInt32: return fn(static_cast<int32_t*>(nullptr));
-    case DataType::kInt64: return fn(static_cast<int64_t*>(nullptr));
-    case DataType::kInt8: return fn(static_cast<int8_t*>(nullptr));
+    case DataType::kBFloat16:
+      return fn(static_cast<uint16_t*>(nullptr));
+    case DataType::kInt32:
+      return fn(static_cast<int32_t*>(nullptr));
+    case DataType::kInt64:
+      return fn(static_cast<int64_t*>(nullptr));
+    case DataType::kInt8:
+      return fn(static_cast<int8_t*>(nullptr));
     case DataType::kUInt8:
-    case DataType::kBool: return fn(static_cast<uint8_t*>(nullptr));
+    case DataType::kBool:
+      return fn(static_cast<uint8_t*>(nullptr));
   }
-  throw InvalidArgument("gloo: unknown dtype " +
-                        std::to_string(static_cast<int>(dtype)));
+  throw InvalidArgument("gloo: unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 void checkReduceOp(ReduceOp op, const char* what) {
-  KOLO_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMin ||
-                     op == ReduceOp::kMax || op == ReduceOp::kProduct,
-                 std::string("gloo ") + what + ": unsupported reduce op " +
-                     toString(op));
+  KOLO_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax ||
+                     op == ReduceOp::kProduct,
+                 std::string("gloo ") + what + ": unsupported reduce op " + toString(op));
 }
 
 size_t total(const std::vector<size_t>& counts) {
@@ -61,11 +66,9 @@ void* orDummy(const void* ptr) {
 
 }  // namespace
 
-Collectives::Collectives(std::unique_ptr<Context> context)
-    : context_(std::move(context)) {}
+Collectives::Collectives(std::unique_ptr<Context> context) : context_(std::move(context)) {}
 
-void Collectives::allreduce(void* buf, size_t count, DataType dtype,
-                            ReduceOp op) {
+void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   checkReduceOp(op, "allreduce");
   elementSize(dtype);  // rejects an unknown dtype before touching the network
   if (count == 0 || context_->size() == 1) return;
@@ -74,10 +77,9 @@ void Collectives::allreduce(void* buf, size_t count, DataType dtype,
       using T = std::remove_pointer_t<decltype(typed)>;
       ::gloo::AllreduceOptions opts(context_->glooContext());
       opts.setOutput(static_cast<T*>(buf), count);
-      opts.setReduceFunction(
-          [dtype, op](void* out, const void* a, const void* b, size_t n) {
-            reduceElements(out, a, b, n, dtype, op);
-          });
+      opts.setReduceFunction([dtype, op](void* out, const void* a, const void* b, size_t n) {
+        reduceElements(out, a, b, n, dtype, op);
+      });
       opts.setTag(tag);
       opts.setTimeout(context_->timeout());
       ::gloo::allreduce(opts);
@@ -85,8 +87,7 @@ void Collectives::allreduce(void* buf, size_t count, DataType dtype,
   });
 }
 
-void Collectives::allgatherv(const void* in, void* out,
-                             const std::vector<size_t>& counts,
+void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
                              DataType dtype) {
   checkCounts(counts, "allgatherv");
   const size_t es = elementSize(dtype);
@@ -109,11 +110,9 @@ void Collectives::allgatherv(const void* in, void* out,
   });
 }
 
-void Collectives::broadcast(void* buf, size_t count, DataType dtype,
-                            int root) {
+void Collectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
   KOLO_CHECK_ARG(root >= 0 && root < context_->size(),
-                 "gloo broadcast: root " + std::to_string(root) +
-                     " out of range for size " +
+                 "gloo broadcast: root " + std::to_string(root) + " out of range for size " +
                      std::to_string(context_->size()));
   elementSize(dtype);
   if (count == 0 || context_->size() == 1) return;
@@ -130,17 +129,16 @@ void Collectives::broadcast(void* buf, size_t count, DataType dtype,
   });
 }
 
-void Collectives::alltoallv(const void* in,
-                            const std::vector<size_t>& sendCounts, void* out,
-                            const std::vector<size_t>& recvCounts,
-                            DataType dtype) {
+void Collectives::alltoallv(const void* in, const std::vector<size_t>& sendCounts, void* out,
+                            const std::vector<size_t>& recvCounts, DataType dtype) {
   checkCounts(sendCounts, "alltoallv (send counts)");
   checkCounts(recvCounts, "alltoallv (receive counts)");
   const int me = context_->rank();
-  KOLO_CHECK_ARG(sendCounts[me] == recvCounts[me],
-                 "gloo alltoallv: rank " + std::to_string(me) + " sends " +
-                     std::to_string(sendCounts[me]) + " elements to itself "
-                     "but expects " + std::to_string(recvCounts[me]));
+  KOLO_CHECK_ARG(sendCounts[me] == recvCounts[me], "gloo alltoallv: rank " + std::to_string(me) +
+                                                       " sends " + std::to_string(sendCounts[me]) +
+                                                       " elements to itself "
+                                                       "but expects " +
+                                                       std::to_string(recvCounts[me]));
   const size_t es = elementSize(dtype);
   if (context_->size() == 1) {
     if (sendCounts[0] > 0) std::memmove(out, in, sendCounts[0] * es);
@@ -163,8 +161,7 @@ void Collectives::alltoallv(const void* in,
   });
 }
 
-void Collectives::reducescatter(const void* in, void* out,
-                                const std::vector<size_t>& recvCounts,
+void Collectives::reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
                                 DataType dtype, ReduceOp op) {
   checkCounts(recvCounts, "reducescatter");
   checkReduceOp(op, "reducescatter");
@@ -175,8 +172,8 @@ void Collectives::reducescatter(const void* in, void* out,
   }
   if (total(recvCounts) == 0) return;
   context_->run("reducescatter", [&](uint32_t tag) {
-    ringReduceScatter(static_cast<const char*>(in), static_cast<char*>(out),
-                      recvCounts, dtype, op, tag);
+    ringReduceScatter(static_cast<const char*>(in), static_cast<char*>(out), recvCounts, dtype, op,
+                      tag);
   });
 }
 
@@ -186,10 +183,8 @@ void Collectives::reducescatter(const void* in, void* out,
 // fully reduced at its owner at step n-2. What is sent at step s > 0 is the
 // partial sum built at step s-1 (kept in scratch). Empty blocks are skipped
 // on both sides, as every rank knows every count.
-void Collectives::ringReduceScatter(const char* in, char* out,
-                                    const std::vector<size_t>& counts,
-                                    DataType dtype, ReduceOp op,
-                                    uint32_t tag) {
+void Collectives::ringReduceScatter(const char* in, char* out, const std::vector<size_t>& counts,
+                                    DataType dtype, ReduceOp op, uint32_t tag) {
   const auto& ctx = context_->glooContext();
   const auto timeout = context_->timeout();
   const int n = context_->size();
@@ -204,8 +199,8 @@ void Collectives::ringReduceScatter(const char* in, char* out,
   char* acc = scratch_.data();
   char* tmp = scratch_.data() + maxBytes;
 
-  auto inBuf = ctx->createUnboundBuffer(const_cast<char*>(in),
-                                        (offsets[n - 1] + counts[n - 1]) * es);
+  auto inBuf =
+      ctx->createUnboundBuffer(const_cast<char*>(in), (offsets[n - 1] + counts[n - 1]) * es);
   auto accBuf = ctx->createUnboundBuffer(acc, maxBytes);
   auto tmpBuf = ctx->createUnboundBuffer(tmp, maxBytes);
   const auto slot = ::gloo::Slot::build(kReduceScatterSlotPrefix, tag);
@@ -227,17 +222,14 @@ void Collectives::ringReduceScatter(const char* in, char* out,
     waitRecv(*tmpBuf, timeout);
     // acc is free again: its send (if any) completed above.
     char* dst = s + 2 == n ? out : acc;
-    reduceElements(dst, in + offsets[recvBlock] * es, tmp, counts[recvBlock],
-                   dtype, op);
+    reduceElements(dst, in + offsets[recvBlock] * es, tmp, counts[recvBlock], dtype, op);
   }
 }
 
-void Collectives::checkCounts(const std::vector<size_t>& counts,
-                              const char* what) const {
+void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {
   KOLO_CHECK_ARG(counts.size() == static_cast<size_t>(context_->size()),
-                 std::string("gloo ") + what + ": " +
-                     std::to_string(counts.size()) + " counts for size " +
-                     std::to_string(context_->size()));
+                 std::string("gloo ") + what + ": " + std::to_string(counts.size()) +
+                     " counts for size " + std::to_string(context_->size()));
 }
 
 }  // namespace kolo::comm::gloo

@@ -23,23 +23,19 @@ class Collectives final : public comm::Collectives {
 
   const char* name() const override { return "gloo"; }
 
-  void allreduce(void* buf, size_t count, DataType dtype,
-                 ReduceOp op) override;
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
                   DataType dtype) override;
   void broadcast(void* buf, size_t count, DataType dtype, int root) override;
-  void alltoallv(const void* in, const std::vector<size_t>& sendCounts,
-                 void* out, const std::vector<size_t>& recvCounts,
-                 DataType dtype) override;
-  void reducescatter(const void* in, void* out,
-                     const std::vector<size_t>& recvCounts, DataType dtype,
-                     ReduceOp op) override;
+  void alltoallv(const void* in, const std::vector<size_t>& sendCounts, void* out,
+                 const std::vector<size_t>& recvCounts, DataType dtype) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
+                     DataType dtype, ReduceOp op) override;
 
  private:
   // Ring reduce-scatter for size > 1 and a non-empty total; see .cc.
-  void ringReduceScatter(const char* in, char* out,
-                         const std::vector<size_t>& counts, DataType dtype,
-                         ReduceOp op, uint32_t tag);
+  void ringReduceScatter(const char* in, char* out, const std::vector<size_t>& counts,
+                         DataType dtype, ReduceOp op, uint32_t tag);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Context> context_;

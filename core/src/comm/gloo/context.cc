@@ -24,12 +24,10 @@ constexpr uint32_t kConnectTag = 0;
 bool mentionsTimeout(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return std::tolower(c); });
-  return text.find("timed out") != std::string::npos ||
-         text.find("timeout") != std::string::npos;
+  return text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos;
 }
 
-std::shared_ptr<::gloo::transport::Device> createDevice(
-    const BackendArgs& args) {
+std::shared_ptr<::gloo::transport::Device> createDevice(const BackendArgs& args) {
   ::gloo::transport::tcp::attr attr;
   if (!args.config.iface.empty()) {
     attr.iface = args.config.iface;
@@ -42,8 +40,7 @@ std::shared_ptr<::gloo::transport::Device> createDevice(
   // Checked here first: gloo leaks its interface list when the name is
   // unknown, and its message does not say which setting was wrong.
   if (!attr.iface.empty() && ::if_nametoindex(attr.iface.c_str()) == 0) {
-    throw InvalidArgument("gloo: no network interface named '" + attr.iface +
-                          "' (KOLO_IFACE)");
+    throw InvalidArgument("gloo: no network interface named '" + attr.iface + "' (KOLO_IFACE)");
   }
   try {
     return ::gloo::transport::tcp::CreateDevice(attr);
@@ -54,24 +51,21 @@ std::shared_ptr<::gloo::transport::Device> createDevice(
 
 }  // namespace
 
-std::unique_ptr<Context> Context::connect(const BackendArgs& args,
-                                          const std::string& prefix) {
+std::unique_ptr<Context> Context::connect(const BackendArgs& args, const std::string& prefix) {
   const int rank = args.identity.rank;
   const int size = args.identity.size;
-  KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
-                 "gloo: bad identity rank " + std::to_string(rank) +
-                     " of size " + std::to_string(size));
+  KOLO_CHECK_ARG(
+      size >= 1 && rank >= 0 && rank < size,
+      "gloo: bad identity rank " + std::to_string(rank) + " of size " + std::to_string(size));
   KOLO_CHECK_ARG(args.store != nullptr, "gloo: no rendezvous store");
   const auto timeout = args.config.timeout;
   KOLO_CHECK_ARG(timeout.count() > 0, "gloo: timeout must be positive");
 
   auto device = createDevice(args);
-  StoreAdapter store(std::make_shared<PrefixStore>(prefix, args.store),
-                     timeout);
+  StoreAdapter store(std::make_shared<PrefixStore>(prefix, args.store), timeout);
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-  const std::string what = "gloo connect (rank " + std::to_string(rank) +
-                           " of " + std::to_string(size) + ", store prefix '" +
-                           prefix + "') failed: ";
+  const std::string what = "gloo connect (rank " + std::to_string(rank) + " of " +
+                           std::to_string(size) + ", store prefix '" + prefix + "') failed: ";
   try {
     context->setTimeout(timeout);
     context->connectFullMesh(store, device);
@@ -96,8 +90,7 @@ std::unique_ptr<Context> Context::connect(const BackendArgs& args,
     if (mentionsTimeout(e.what())) throw Timeout(what + e.what());
     throw PeerFailure(what + e.what());
   }
-  return std::unique_ptr<Context>(
-      new Context(std::move(context), rank, size, timeout));
+  return std::unique_ptr<Context>(new Context(std::move(context), rank, size, timeout));
 }
 
 Context::Context(std::shared_ptr<::gloo::Context> context, int rank, int size,
@@ -121,12 +114,12 @@ void Context::closeConnections() noexcept {
   }
 }
 
-void Context::run(const char* what,
-                  const std::function<void(uint32_t tag)>& fn) {
+void Context::run(const char* what, const std::function<void(uint32_t tag)>& fn) {
   if (failed_) {
     const std::string message = std::string("gloo ") + what +
                                 " failed: backend unusable after an earlier "
-                                "failure: " + failure_;
+                                "failure: " +
+                                failure_;
     if (failedByTimeout_) throw Timeout(message);
     throw PeerFailure(message);
   }
@@ -159,21 +152,18 @@ void Context::fail(const char* what, const std::string& text, bool isTimeout) {
   // connections instead of waiting out their own timeout.
   closeConnections();
   if (isTimeout) {
-    throw Timeout(failure_ + " (timeout " + std::to_string(timeout_.count()) +
-                  " ms)");
+    throw Timeout(failure_ + " (timeout " + std::to_string(timeout_.count()) + " ms)");
   }
   throw PeerFailure(failure_);
 }
 
-void waitSend(::gloo::transport::UnboundBuffer& buf,
-              std::chrono::milliseconds timeout) {
+void waitSend(::gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
   if (!buf.waitSend(timeout)) {
     throw ::gloo::IoException("send aborted");
   }
 }
 
-void waitRecv(::gloo::transport::UnboundBuffer& buf,
-              std::chrono::milliseconds timeout) {
+void waitRecv(::gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
   if (!buf.waitRecv(timeout)) {
     throw ::gloo::IoException("receive aborted");
   }

@@ -25,11 +25,10 @@ class Context {
  public:
   // Connects args.identity.rank to every other rank through args.store, with
   // keys under `prefix`. Every rank must call this with the same prefix.
-  // Blocks until every rank's mesh is up (it ends with a barrier); throws Timeout when a peer does not show up
-  // within args.config.timeout, InvalidArgument for a bad identity or
-  // interface, PeerFailure for any other connection error.
-  static std::unique_ptr<Context> connect(const BackendArgs& args,
-                                          const std::string& prefix);
+  // Blocks until every rank's mesh is up (it ends with a barrier); throws Timeout when a peer does
+  // not show up within args.config.timeout, InvalidArgument for a bad identity or interface,
+  // PeerFailure for any other connection error.
+  static std::unique_ptr<Context> connect(const BackendArgs& args, const std::string& prefix);
 
   // Closes every connection (after flushing what was sent), so a peer blocked
   // in a collective with this rank fails promptly with PeerFailure instead of
@@ -55,8 +54,7 @@ class Context {
   Context(std::shared_ptr<::gloo::Context> context, int rank, int size,
           std::chrono::milliseconds timeout);
 
-  [[noreturn]] void fail(const char* what, const std::string& text,
-                         bool isTimeout);
+  [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
   void closeConnections() noexcept;
 
   std::shared_ptr<::gloo::Context> context_;
@@ -72,9 +70,7 @@ class Context {
 // Blocking waits on an unbound buffer bounded by timeout. gloo signals a
 // timeout or a closed peer by throwing; an aborted wait (false) is turned into
 // a gloo-style exception too, so Context::run maps all of them.
-void waitSend(::gloo::transport::UnboundBuffer& buf,
-              std::chrono::milliseconds timeout);
-void waitRecv(::gloo::transport::UnboundBuffer& buf,
-              std::chrono::milliseconds timeout);
+void waitSend(::gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout);
+void waitRecv(::gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout);
 
 }  // namespace kolo::comm::gloo

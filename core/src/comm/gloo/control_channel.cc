@@ -19,16 +19,11 @@ constexpr uint8_t kGathervSlotPrefix = 0x41;
 
 }  // namespace
 
-ControlChannel::ControlChannel(std::unique_ptr<Context> context)
-    : context_(std::move(context)) {}
+ControlChannel::ControlChannel(std::unique_ptr<Context> context) : context_(std::move(context)) {}
 
-void ControlChannel::allreduceAnd(std::vector<uint64_t>& bits) {
-  allreduceBits(bits, true);
-}
+void ControlChannel::allreduceAnd(std::vector<uint64_t>& bits) { allreduceBits(bits, true); }
 
-void ControlChannel::allreduceOr(std::vector<uint64_t>& bits) {
-  allreduceBits(bits, false);
-}
+void ControlChannel::allreduceOr(std::vector<uint64_t>& bits) { allreduceBits(bits, false); }
 
 void ControlChannel::allreduceBits(std::vector<uint64_t>& bits, bool isAnd) {
   if (size() == 1 || bits.empty()) return;
@@ -36,21 +31,19 @@ void ControlChannel::allreduceBits(std::vector<uint64_t>& bits, bool isAnd) {
   context_->run(what, [&](uint32_t tag) {
     ::gloo::AllreduceOptions opts(context_->glooContext());
     opts.setOutput(bits.data(), bits.size());
-    opts.setReduceFunction(
-        [isAnd](void* out, const void* a, const void* b, size_t n) {
-          auto* o = static_cast<uint64_t*>(out);
-          const auto* x = static_cast<const uint64_t*>(a);
-          const auto* y = static_cast<const uint64_t*>(b);
-          for (size_t i = 0; i < n; ++i) o[i] = isAnd ? (x[i] & y[i]) : (x[i] | y[i]);
-        });
+    opts.setReduceFunction([isAnd](void* out, const void* a, const void* b, size_t n) {
+      auto* o = static_cast<uint64_t*>(out);
+      const auto* x = static_cast<const uint64_t*>(a);
+      const auto* y = static_cast<const uint64_t*>(b);
+      for (size_t i = 0; i < n; ++i) o[i] = isAnd ? (x[i] & y[i]) : (x[i] | y[i]);
+    });
     opts.setTag(tag);
     opts.setTimeout(context_->timeout());
     ::gloo::allreduce(opts);
   });
 }
 
-std::vector<std::vector<char>> ControlChannel::gatherv(
-    const std::vector<char>& mine, int root) {
+std::vector<std::vector<char>> ControlChannel::gatherv(const std::vector<char>& mine, int root) {
   checkRoot(root, "gatherv");
   const int me = rank();
   const int n = size();
@@ -78,8 +71,7 @@ std::vector<std::vector<char>> ControlChannel::gatherv(
     const auto slot = ::gloo::Slot::build(kGathervSlotPrefix, tag);
     if (me != root) {
       if (mine.empty()) return;
-      auto buf = ctx->createUnboundBuffer(const_cast<char*>(mine.data()),
-                                          mine.size());
+      auto buf = ctx->createUnboundBuffer(const_cast<char*>(mine.data()), mine.size());
       buf->send(root, slot);
       waitSend(*buf, timeout);
       return;
@@ -133,9 +125,9 @@ void ControlChannel::barrier() {
 }
 
 void ControlChannel::checkRoot(int root, const char* what) const {
-  KOLO_CHECK_ARG(root >= 0 && root < size(),
-                 std::string("gloo ") + what + ": root " + std::to_string(root) +
-                     " out of range for size " + std::to_string(size()));
+  KOLO_CHECK_ARG(root >= 0 && root < size(), std::string("gloo ") + what + ": root " +
+                                                 std::to_string(root) + " out of range for size " +
+                                                 std::to_string(size()));
 }
 
 }  // namespace kolo::comm::gloo

@@ -22,8 +22,7 @@ class ControlChannel final : public comm::ControlChannel {
 
   void allreduceAnd(std::vector<uint64_t>& bits) override;
   void allreduceOr(std::vector<uint64_t>& bits) override;
-  std::vector<std::vector<char>> gatherv(const std::vector<char>& mine,
-                                         int root) override;
+  std::vector<std::vector<char>> gatherv(const std::vector<char>& mine, int root) override;
   void broadcast(std::vector<char>& bytes, int root) override;
   void barrier() override;
 

@@ -6,8 +6,7 @@
 
 namespace kolo::comm::gloo {
 
-std::unique_ptr<comm::ControlChannel> createControlChannel(
-    const BackendArgs& args) {
+std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& args) {
   return std::make_unique<ControlChannel>(Context::connect(args, "control/"));
 }
 

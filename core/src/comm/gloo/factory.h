@@ -14,8 +14,7 @@
 
 namespace kolo::comm::gloo {
 
-std::unique_ptr<comm::ControlChannel> createControlChannel(
-    const BackendArgs& args);
+std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& args);
 std::unique_ptr<comm::Collectives> createCollectives(const BackendArgs& args);
 
 }  // namespace kolo::comm::gloo

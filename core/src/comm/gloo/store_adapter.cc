@@ -5,21 +5,16 @@
 
 namespace kolo::comm::gloo {
 
-StoreAdapter::StoreAdapter(std::shared_ptr<kolo::Store> store,
-                           std::chrono::milliseconds timeout)
+StoreAdapter::StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout)
     : store_(std::move(store)), timeout_(timeout) {}
 
 void StoreAdapter::set(const std::string& key, const std::vector<char>& data) {
   store_->set(key, data);
 }
 
-std::vector<char> StoreAdapter::get(const std::string& key) {
-  return store_->get(key, timeout_);
-}
+std::vector<char> StoreAdapter::get(const std::string& key) { return store_->get(key, timeout_); }
 
-void StoreAdapter::wait(const std::vector<std::string>& keys) {
-  store_->wait(keys, timeout_);
-}
+void StoreAdapter::wait(const std::vector<std::string>& keys) { store_->wait(keys, timeout_); }
 
 void StoreAdapter::wait(const std::vector<std::string>& keys,
                         const std::chrono::milliseconds& timeout) {

@@ -19,8 +19,7 @@ namespace kolo::comm::gloo {
 
 class StoreAdapter final : public ::gloo::rendezvous::Store {
  public:
-  StoreAdapter(std::shared_ptr<kolo::Store> store,
-               std::chrono::milliseconds timeout);
+  StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
