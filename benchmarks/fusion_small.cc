@@ -4,6 +4,10 @@
 // table reports the median step time of each and their ratio.
 //
 //   build/default/benchmarks/bench_fusion_small [--steps 100] [--trials 5]
+//       [--timeline PATH]      also time kolo with the timeline written to PATH
+//       [--threshold BYTES] [--cycle-ms MS]   kolo's fusion threshold, cycle time
+//       [--autotune CSV]       kolo with KOLO_AUTOTUNE (samples logged to CSV)
+//       [--kolo-only]          skip the raw Gloo baseline
 #include <gloo/allreduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -39,11 +43,33 @@ void onTwoRanks(Fn fn) {
   t1.join();
 }
 
-double viaKolo(int steps, const std::shared_ptr<kolo::Store>& store) {
+struct Options {
+  int steps = 100;
+  int trials = 5;
+  std::string timeline;
+  int64_t threshold = -1;
+  double cycleMs = -1;
+  std::string autotuneCsv;
+  bool koloOnly = false;
+};
+
+double viaKolo(const Options& opt, const std::shared_ptr<kolo::Store>& store,
+               const std::string& timeline = "") {
+  const int steps = opt.steps;
   double seconds = 0;
   onTwoRanks([&](int rank) {
-    kolo::Config config;
+    // KOLO_* variables apply (e.g. KOLO_AUTOTUNE_SAMPLE_TIME); options override.
+    kolo::Config config = kolo::Config::fromEnv();
     config.logLevel = kolo::LogLevel::kError;
+    config.timelinePath = timeline;
+    if (opt.threshold >= 0) config.fusionThresholdBytes = opt.threshold;
+    if (opt.cycleMs >= 0) {
+      config.cycleTime = std::chrono::microseconds(static_cast<int64_t>(opt.cycleMs * 1000));
+    }
+    if (!opt.autotuneCsv.empty()) {
+      config.autotune = true;
+      config.autotuneLogPath = opt.autotuneCsv;
+    }
     kolo::Identity id;
     id.rank = rank;
     id.size = 2;
@@ -69,9 +95,18 @@ double viaKolo(int steps, const std::shared_ptr<kolo::Store>& store) {
     if (rank == 0) {
       seconds = took;
       auto st = engine.stats();
-      std::printf("  kolo rank 0: %.1f cycles, %.1f backend calls per step\n",
+      std::printf("  kolo rank 0%s: %.1f cycles, %.1f backend calls per step\n",
+                  timeline.empty() ? "" : " (timeline on)",
                   static_cast<double>(st.cycles) / (steps + 1),
                   static_cast<double>(st.backendCalls) / (steps + 1));
+      if (config.autotune) {
+        auto t = engine.tuning();
+        std::printf("  autotune %s after %zu changes: fusion threshold %lld B, cycle time %.2f ms, "
+                    "cache %s\n",
+                    t.converged ? "converged" : "NOT converged", t.history.size(),
+                    static_cast<long long>(t.current.fusionThresholdBytes),
+                    t.current.cycleTime.count() / 1000.0, t.current.cacheEnabled ? "on" : "off");
+      }
     }
     engine.shutdown();
   });
@@ -114,18 +149,40 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 100;
-  int trials = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--trials")) trials = std::atoi(argv[i + 1]);
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const bool more = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--kolo-only")) opt.koloOnly = true;
+    else if (more && !std::strcmp(argv[i], "--steps")) opt.steps = std::atoi(argv[++i]);
+    else if (more && !std::strcmp(argv[i], "--trials")) opt.trials = std::atoi(argv[++i]);
+    else if (more && !std::strcmp(argv[i], "--timeline")) opt.timeline = argv[++i];
+    else if (more && !std::strcmp(argv[i], "--threshold")) opt.threshold = std::atoll(argv[++i]);
+    else if (more && !std::strcmp(argv[i], "--cycle-ms")) opt.cycleMs = std::atof(argv[++i]);
+    else if (more && !std::strcmp(argv[i], "--autotune")) opt.autotuneCsv = argv[++i];
+    else {
+      std::fprintf(stderr, "unknown or incomplete option %s\n", argv[i]);
+      return 2;
+    }
   }
-  std::vector<double> k, g;
+  const int steps = opt.steps;
+  const int trials = opt.trials;
+  std::vector<double> k, kt, g;
   for (int t = 0; t < trials; ++t) {
-    k.push_back(viaKolo(steps, kolo::makeHashStore()));
-    g.push_back(rawGloo(steps));
+    k.push_back(viaKolo(opt, kolo::makeHashStore()));
+    if (!opt.timeline.empty()) kt.push_back(viaKolo(opt, kolo::makeHashStore(), opt.timeline));
+    g.push_back(opt.koloOnly ? 1.0 : rawGloo(steps));
   }
   double km = median(k), gm = median(g);
+  if (!kt.empty()) {
+    double ktm = median(kt);
+    std::printf("timeline overhead: %.3f ms/step off, %.3f ms/step on (%+.1f%%)\n",
+                km * 1e3 / steps, ktm * 1e3 / steps, (ktm / km - 1) * 100);
+  }
+  if (opt.koloOnly) {
+    std::printf("kolo per step: %.3f ms (median of %d trials of %d steps)\n", km * 1e3 / steps,
+                trials, steps);
+    return 0;
+  }
   std::printf("%d steps of %d x 16 KiB float32 allreduce, 2 in-process ranks, median of %d trials\n",
               steps, kTensors, trials);
   std::printf("%-32s %12s %14s\n", "method", "total (s)", "per step (ms)");

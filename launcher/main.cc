@@ -10,6 +10,7 @@
 #include "job.h"
 #include "kolo/error.h"
 #include "kolo/tcp_store.h"
+#include "mpi_command.h"
 #include "network.h"
 #include "options.h"
 #include "plan.h"
@@ -31,6 +32,7 @@ int runKolorun(int argc, char** argv) {
   ParsedCommandLine parsed = parseCommandLine(argc, argv);
   if (!parsed.options) return parsed.exitCode;
   const Options& options = *parsed.options;
+  if (options.mpi) execMpirun(options);  // mpirun runs the job from here
 
   std::vector<std::string> inherited = currentEnvironment();
   const char* path = std::getenv("PATH");

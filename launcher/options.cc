@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kolo/build_config.h"
 #include "usage_error.h"
 
 namespace kolo::launcher {
@@ -107,7 +108,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
       ->group("Job")->excludes("--hosts");
   app.add_flag("--gloo", o.gloo, "use Gloo for control and CPU operations "
                "(KOLO_CONTROLLER=gloo, KOLO_CPU_OPERATIONS=gloo; the default)")->group("Job");
-  app.add_flag("--mpi", o.mpi, "run through mpirun (not available in this build yet)")
+  app.add_flag("--mpi", o.mpi, "run the job under mpirun with MPI for control and CPU "
+               "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
+               "the mpirun command")
       ->group("Job")->excludes("--gloo");
 
   // Rendezvous and processes.
@@ -198,8 +201,10 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
     throw UsageError("unknown option '" + o.command.front() +
                      "'; see kolorun --help (put '--' before a program whose name starts with '-')");
   }
-  if (o.mpi) {
-    throw UsageError("kolorun --mpi is not available in this build yet; use --gloo (the default)");
+  if (o.mpi && !KOLO_WITH_MPI) {
+    throw UsageError("kolorun --mpi is not available in this build yet: kolo was built "
+                     "without MPI; rebuild it with libopenmpi-dev installed or use --gloo "
+                     "(the default)");
   }
   if (o.command.empty()) {
     throw UsageError("no program given; usage: kolorun -np N PROGRAM [ARGS...]");
@@ -244,6 +249,10 @@ EnvList tuningEnv(const Options& o) {
   if (o.gloo) {
     env.emplace_back("KOLO_CONTROLLER", "gloo");
     env.emplace_back("KOLO_CPU_OPERATIONS", "gloo");
+  }
+  if (o.mpi) {
+    env.emplace_back("KOLO_CONTROLLER", "mpi");
+    env.emplace_back("KOLO_CPU_OPERATIONS", "mpi");
   }
   return env;
 }

@@ -12,6 +12,7 @@ packages=(
   libtorch-dev python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist iproute2 procps
+  clang libclang-rt-14-dev
 )
 
 missing=()

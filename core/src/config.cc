@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "kolo/build_config.h"
 #include "kolo/error.h"
 
 namespace kolo {
@@ -69,6 +70,13 @@ std::chrono::milliseconds seconds(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
 }
 
+// Started by mpirun (OpenMPI's or a PMI one) and not by kolorun's own
+// workers or torchrun: the same precedence as launchInfoFromEnv.
+bool startedByMpirun(const EnvLookup& env) {
+  if (env("KOLO_RANK") || (env("RANK") && env("WORLD_SIZE"))) return false;
+  return env("OMPI_COMM_WORLD_RANK") || env("PMI_RANK");
+}
+
 }  // namespace
 
 Config Config::fromEnv(const EnvLookup& env) {
@@ -101,6 +109,22 @@ Config Config::fromEnv(const EnvLookup& env) {
   }
   if (auto v = env("KOLO_TIMELINE")) c.timelinePath = *v;
   if (auto v = env("KOLO_AUTOTUNE")) c.autotune = parseBool("KOLO_AUTOTUNE", *v);
+  if (auto v = env("KOLO_AUTOTUNE_LOG")) c.autotuneLogPath = *v;
+  if (auto v = env("KOLO_AUTOTUNE_WARMUP_SAMPLES")) {
+    c.autotuneWarmupSamples = static_cast<int>(
+        parseInt("KOLO_AUTOTUNE_WARMUP_SAMPLES", *v, 0, 1000, "an integer between 0 and 1000"));
+  }
+  if (auto v = env("KOLO_AUTOTUNE_SAMPLES")) {
+    c.autotuneSamples = static_cast<int>(
+        parseInt("KOLO_AUTOTUNE_SAMPLES", *v, 1, 1000, "an integer between 1 and 1000"));
+  }
+  if (auto v = env("KOLO_AUTOTUNE_SAMPLE_TIME")) {
+    c.autotuneSampleTime = seconds(parseNumber("KOLO_AUTOTUNE_SAMPLE_TIME", *v, 0.001, 3600.0,
+                                               "seconds between 0.001 and 3600, e.g. 0.5"));
+  }
+  if (auto v = env("KOLO_TIMELINE_MARK_CYCLES")) {
+    c.timelineMarkCycles = parseBool("KOLO_TIMELINE_MARK_CYCLES", *v);
+  }
   if (auto v = env("KOLO_LOG_LEVEL")) {
     static const char* kLevels[] = {"trace", "debug", "info", "warning", "error", "off"};
     std::string level = *v == "warn" ? "warning" : *v;
@@ -117,6 +141,13 @@ Config Config::fromEnv(const EnvLookup& env) {
     c.gpuOperations = parseChoice("KOLO_GPU_OPERATIONS", *v, {"nccl", "mpi", "gloo"});
   }
   if (auto v = env("KOLO_IFACE")) c.iface = *v;
+  // Under mpirun with neither variable set, MPI carries both control and
+  // data (in builds with MPI); setting either one turns this off.
+  if (KOLO_WITH_MPI && !env("KOLO_CONTROLLER") && !env("KOLO_CPU_OPERATIONS") &&
+      startedByMpirun(env)) {
+    c.controller = "mpi";
+    c.cpuOperations = "mpi";
+  }
   return c;
 }
 

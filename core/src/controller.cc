@@ -14,7 +14,10 @@ constexpr uint64_t kNoUncached = 1u << 0;
 constexpr uint64_t kNoInvalid = 1u << 1;
 constexpr uint64_t kNoShutdown = 1u << 2;
 constexpr uint64_t kNoAbort = 1u << 3;
-constexpr uint64_t kAllClear = kNoUncached | kNoInvalid | kNoShutdown | kNoAbort;
+constexpr uint64_t kNoStallCheck = 1u << 4;  // cleared by rank 0 only
+constexpr uint64_t kNoTune = 1u << 5;        // cleared by rank 0 only
+constexpr uint64_t kAllClear =
+    kNoUncached | kNoInvalid | kNoShutdown | kNoAbort | kNoStallCheck | kNoTune;
 
 size_t cacheWords(int capacity) { return (static_cast<size_t>(capacity) + 63) / 64; }
 
@@ -37,12 +40,13 @@ std::vector<char> encodeStop(const CycleInput& in) {
 
 Controller::Controller(const Config& config, const Identity& identity,
                        std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-                       EngineStats& stats)
+                       EngineStats& stats, Tunables& tunables)
     : config_(config),
       identity_(identity),
       channel_(std::move(channel)),
       cache_(cache),
       stats_(stats),
+      tunables_(tunables),
       table_(identity.size),
       bits_(1 + cacheWords(cache.capacity()), 0) {}
 
@@ -55,6 +59,8 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
   if (!input.invalidBits.empty()) status &= ~kNoInvalid;
   if (input.shutdown) status &= ~kNoShutdown;
   if (input.abort) status &= ~kNoAbort;
+  if (identity_.rank == 0 && input.stallCheckDue) status &= ~kNoStallCheck;
+  if (identity_.rank == 0 && input.tune) status &= ~kNoTune;
   bits_[0] = status;
   if (input.joined) {
     for (int b = 0; b < cache_.capacity(); ++b) {
@@ -74,6 +80,9 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
     return out;
   }
 
+  if ((status & kNoTune) == 0) out.tuned = applyTune(input, out);
+  out.stallCheck = (status & kNoStallCheck) == 0;
+
   if ((status & kNoInvalid) == 0) {
     std::vector<uint64_t> invalid(cacheWords(cache_.capacity()), 0);
     for (int b : input.invalidBits) setBit(invalid, 0, b);
@@ -92,7 +101,7 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
     if (testBit(bits_, off, b) && cache_.occupied(b)) cached.push_back(cache_.at(b));
   }
   stats_.cachedResponses += cached.size();
-  out.cached = fuseResponses(std::move(cached), config_.fusionThresholdBytes);
+  out.cached = fuseResponses(std::move(cached), tunables_.fusionThresholdBytes);
 
   if ((status & kNoUncached) == 0) out.uncached = coordinate(input.uncached);
   return out;
@@ -113,11 +122,31 @@ std::vector<Response> Controller::coordinate(const std::vector<RequestMsg>& mine
       for (const auto& m : theirs.requests) table_.add(r, m);
     }
     ResponseList responses;
-    responses.responses = fuseResponses(table_.popReady(), config_.fusionThresholdBytes);
+    responses.responses = fuseResponses(table_.popReady(), tunables_.fusionThresholdBytes);
     encoded = wire::encode(responses);
   }
   channel_->broadcast(encoded, 0);
   return wire::decodeResponseList(encoded, identity_.size).responses;
+}
+
+autotune::Decision Controller::applyTune(const CycleInput& input, CycleOutput& out) {
+  std::vector<char> bytes;
+  if (identity_.rank == 0) bytes = autotune::encode(*input.tune);
+  channel_->broadcast(bytes, 0);
+  autotune::Decision d = autotune::decodeDecision(bytes);
+  if (tunables_.cacheEnabled && !d.tunables.cacheEnabled) {
+    // Emptied, so that no entry from before can hit once it is back on
+    // while a peer's request for the same name waits at the coordinator.
+    const size_t off = 1;
+    for (int b = 0; b < cache_.capacity(); ++b) {
+      if (!cache_.occupied(b)) continue;
+      out.evictedBits.push_back(b);
+      bits_[off + b / 64] &= ~(uint64_t{1} << (b % 64));
+      cache_.erase(b);
+    }
+  }
+  tunables_ = d.tunables;
+  return d;
 }
 
 StopInfo Controller::exchangeStop(const CycleInput& input) {

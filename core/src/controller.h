@@ -6,14 +6,20 @@
 // Status bits say when some rank has uncached requests (then requests are
 // gathered to rank 0, which validates, fuses and broadcasts responses),
 // invalidated cache entries (then an OR allreduce agrees on what to evict),
-// or a shutdown/abort (then every rank learns who stopped and why).
+// or a shutdown/abort (then every rank learns who stopped and why), a stall
+// check round requested by rank 0 (then the engine runs it right after this
+// cycle, see StallInspector), or a tunables change decided by rank 0's
+// autotuner (then rank 0 broadcasts it and every rank applies it before
+// fusing this cycle's responses).
 // Loop thread only.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autotune/autotuner.h"
 #include "comm/control_channel.h"
 #include "kolo/config.h"
 #include "kolo/engine.h"
@@ -31,6 +37,8 @@ struct CycleInput {
   bool shutdown = false;                  // this rank asks to stop
   bool abort = false;                     // this rank failed with abortMessage
   std::string abortMessage;
+  bool stallCheckDue = false;             // rank 0: ask for a stall check round
+  std::optional<autotune::Decision> tune; // rank 0: tunables to apply everywhere
 };
 
 // How the job ends when some rank stops (shutdown or abort).
@@ -44,6 +52,8 @@ struct CycleOutput {
   std::vector<Response> cached;    // from the cache, fused; run first
   std::vector<Response> uncached;  // from the coordinator; run second
   std::vector<int> evictedBits;    // invalidated on every rank this cycle
+  bool stallCheck = false;         // every rank runs a stall check round now
+  std::optional<autotune::Decision> tuned;  // applied on every rank this cycle
   bool stop = false;
   StopInfo stopInfo;
 };
@@ -52,7 +62,7 @@ class Controller {
  public:
   Controller(const Config& config, const Identity& identity,
              std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-             EngineStats& stats);
+             EngineStats& stats, Tunables& tunables);
 
   CycleOutput runCycle(const CycleInput& input);
 
@@ -64,12 +74,16 @@ class Controller {
  private:
   std::vector<Response> coordinate(const std::vector<RequestMsg>& mine);
   StopInfo exchangeStop(const CycleInput& input);
+  // Broadcasts rank 0's decision and applies it; turning the cache off
+  // evicts every entry (identically on every rank).
+  autotune::Decision applyTune(const CycleInput& input, CycleOutput& out);
 
   const Config& config_;
   const Identity& identity_;
   std::unique_ptr<comm::ControlChannel> channel_;
   ResponseCache& cache_;
   EngineStats& stats_;
+  Tunables& tunables_;  // the engine's; changed only by applyTune
   MessageTable table_;
   std::vector<uint64_t> bits_;  // reused every cycle
 };

@@ -1,65 +1,7 @@
-// Engine: caller-side checks and the background loop that drives the
-// controller (negotiation) and the executor (data plane).
-#include "kolo/engine.h"
-
-#include <atomic>
-#include <thread>
-#include <unordered_map>
-
-#include "comm/select.h"
-#include "controller.h"
-#include "executor.h"
-#include "failure.h"
-#include "logging.h"
-#include "kolo/tcp_store.h"
-#include "request_check.h"
-#include "tensor_queue.h"
+// Engine: construction, rendezvous and the caller-side API (any thread).
+#include "engine_impl.h"
 
 namespace kolo {
-
-struct Engine::Impl {
-  Impl(Config c, Identity id, std::shared_ptr<Store> s);
-
-  Handle push(std::vector<PendingOp> ops);
-  void stopAndJoin();
-
-  // --- loop thread only (…OnLoop) ---
-  void loopOnLoop();
-  void admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in);
-  void executeOnLoop(const Response& r, bool fromCache);
-  void completeOnLoop(PendingOp& op, const Status& status);
-  void failAllOnLoop(const Status& status);
-  void revertEvictedOnLoop(int bit);
-
-  Config config;
-  Identity identity;
-  std::shared_ptr<Store> rootStore;  // unprefixed: arrival and failure keys
-  std::shared_ptr<Store> store;      // this engine generation's keys
-  std::shared_ptr<spdlog::logger> log;
-
-  TensorQueue queue;
-  ResponseCache cache;
-  EngineStats loopStats;  // loop thread
-  std::unique_ptr<Controller> controller;
-  std::unique_ptr<Executor> executor;
-
-  std::unordered_map<std::string, PendingOp> pending;  // loop thread
-  std::vector<int> invalidBits;                         // loop thread
-  std::vector<bool> joined;                             // loop thread
-  std::thread thread;
-
-  std::atomic<bool> shutdownRequested{false};
-  std::atomic<bool> abortRequested{false};
-  std::atomic<bool> localJoined{false};  // join() called, not yet completed
-
-  std::mutex joinMu;  // serialises joining the loop thread
-  bool joinedThread = false;
-
-  mutable std::mutex mu;  // guards the fields below
-  std::string abortMessage;
-  EngineStats publishedStats;
-  Status failure;
-};
 
 namespace {
 
@@ -82,12 +24,26 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
       identity(id),
       rootStore(std::move(s)),
       cache(config.cacheCapacity),
+      tunables{config.fusionThresholdBytes, config.cycleTime, config.cacheCapacity > 0},
+      stall(config, id),
       joined(id.size, false) {
   KOLO_CHECK_ARG(identity.size >= 1 && identity.rank >= 0 && identity.rank < identity.size,
                  "invalid identity: rank " + std::to_string(identity.rank) + " of size " +
                      std::to_string(identity.size));
   KOLO_CHECK_ARG(rootStore != nullptr, "kolo::Engine needs a rendezvous store");
-  log = makeLogger(identity.rank, config.logLevel);
+  log = makeLogger(identity.rank, config);
+  if (!config.timelinePath.empty()) {
+    try {
+      timeline = std::make_unique<timeline::Timeline>(config.timelinePath, identity.rank,
+                                                      config.timelineMarkCycles);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("KOLO_TIMELINE: ") + e.what());
+    }
+  }
+  if (config.autotune && identity.rank == 0) {
+    tuner = std::make_unique<autotune::Autotuner>(config, tunables, cache.enabled(), log);
+  }
+  tuningState.current = tunables;
   store = generationStore(identity, rootStore);
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
 
@@ -98,9 +54,10 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
                              controlArgs.localAddress};
   controller = std::make_unique<Controller>(
       config, identity, comm::createControlChannel(config.controller, controlArgs), cache,
-      loopStats);
+      loopStats, tunables);
   executor = std::make_unique<Executor>(
       identity, comm::createCollectives(config.cpuOperations, dataArgs), loopStats);
+  executor->setTimeline(timeline.get());
   log->debug("engine up: rank {}/{}, controller {}, cpu operations {}", identity.rank,
              identity.size, config.controller, config.cpuOperations);
   thread = std::thread([this] { loopOnLoop(); });
@@ -227,186 +184,40 @@ Status Engine::failure() const {
   return impl_->failure;
 }
 
-// ---------------------------------------------------------------------------
-// Background loop.
-
-void Engine::Impl::loopOnLoop() {
-  auto cycleStart = std::chrono::steady_clock::now();
-  while (true) {
-    queue.waitForWork(cycleStart + config.cycleTime);
-    cycleStart = std::chrono::steady_clock::now();
-    CycleInput in;
-    admitOnLoop(queue.drain(), in);
-    in.shutdown = shutdownRequested.load();
-    in.abort = abortRequested.load();
-    if (in.abort) {
-      std::lock_guard<std::mutex> lock(mu);
-      in.abortMessage = abortMessage;
-    }
-    try {
-      CycleOutput out = controller->runCycle(in);
-      for (auto& [name, op] : pending) {
-        if (op.state == PendingOp::State::kNew) op.state = PendingOp::State::kSent;
-      }
-      if (out.stop) {
-        failAllOnLoop(stopStatus(out.stopInfo, identity.rank));
-        return;
-      }
-      for (int bit : out.evictedBits) revertEvictedOnLoop(bit);
-      for (const auto& r : out.cached) executeOnLoop(r, true);
-      for (const auto& r : out.uncached) executeOnLoop(r, false);
-    } catch (const std::exception& e) {
-      Status s = diagnoseFailure(e, *store, identity, config.timeout);
-      log->error("{}", s.message);
-      failAllOnLoop(s);
-      // Closing our connections makes peers blocked on us fail promptly.
-      executor.reset();
-      controller.reset();
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    publishedStats = loopStats;
-  }
+TuningState Engine::tuning() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->tuningState;
 }
 
-void Engine::Impl::admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in) {
-  // Group members arrive in one drain (pushed atomically); a group uses the
-  // cache only when every member hits.
-  std::unordered_map<std::string, bool> groupAllHit;
-  for (auto& op : fresh) {
-    const Request& q = op.msg.request;
-    if (cache.enabled() && ResponseCache::cacheable(q.op)) {
-      int bit = -1;
-      switch (cache.lookup(q, &bit)) {
-        case ResponseCache::Lookup::kHit:
-          op.state = PendingOp::State::kCached;
-          op.bit = bit;
-          break;
-        case ResponseCache::Lookup::kChanged:
-          invalidBits.push_back(bit);
-          break;
-        case ResponseCache::Lookup::kMiss:
-          break;
-      }
-    }
-    if (!op.msg.group.empty()) {
-      auto it = groupAllHit.emplace(op.msg.group, true).first;
-      it->second = it->second && op.state == PendingOp::State::kCached;
-    }
-  }
-  for (auto& op : fresh) {
-    if (!op.msg.group.empty() && !groupAllHit[op.msg.group]) {
-      op.state = PendingOp::State::kNew;
-      op.bit = -1;
-    }
-    std::string name = op.msg.request.name;
-    pending.emplace(std::move(name), std::move(op));
-  }
-  for (auto& [name, op] : pending) {
-    if (op.state == PendingOp::State::kCached) in.readyBits.push_back(op.bit);
-    if (op.state == PendingOp::State::kNew) in.uncached.push_back(op.msg);
-  }
-  in.invalidBits.swap(invalidBits);
-  in.joined = joined[identity.rank];
+void Engine::startTimeline(const std::string& path) {
+  KOLO_CHECK_ARG(!path.empty(), "startTimeline: empty path");
+  impl_->requestTimeline(std::make_unique<timeline::Timeline>(
+      path, impl_->identity.rank, impl_->config.timelineMarkCycles));
 }
 
-void Engine::Impl::revertEvictedOnLoop(int bit) {
-  for (auto& [name, op] : pending) {
-    if (op.state == PendingOp::State::kCached && op.bit == bit) {
-      op.state = PendingOp::State::kNew;
-      op.bit = -1;
-    }
-  }
-}
+void Engine::stopTimeline() { impl_->requestTimeline(nullptr); }
 
-void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
-  switch (r.kind) {
-    case ResponseKind::kJoinAck:
-      joined[r.rankArg] = true;
-      return;
-    case ResponseKind::kJoinDone: {
-      std::fill(joined.begin(), joined.end(), false);
-      auto it = pending.find(kJoinName);
-      KOLO_ENFORCE(it != pending.end(), "join completed but this rank never joined");
-      {
-        std::lock_guard<std::mutex> lock(it->second.handle->mu);
-        it->second.handle->joinResult = r.rankArg;
-      }
-      localJoined = false;
-      completeOnLoop(it->second, Status::Ok());
-      return;
-    }
-    case ResponseKind::kError:
-      for (const auto& name : r.names) {
-        auto it = pending.find(name);
-        if (it != pending.end()) completeOnLoop(it->second, Status{ErrorCode::kMismatch, r.error});
-      }
-      return;
-    case ResponseKind::kOk:
-      break;
-  }
-  std::vector<PendingOp*> ops;
-  ops.reserve(r.names.size());
-  for (const auto& name : r.names) {
-    auto it = pending.find(name);
-    if (it == pending.end()) {
-      KOLO_ENFORCE(joined[identity.rank] || r.op == OpType::kBarrier,
-                   "response for '" + name + "' that this rank never submitted");
-      ops.push_back(nullptr);
+void Engine::Impl::requestTimeline(std::unique_ptr<timeline::Timeline> next) {
+  std::unique_ptr<timeline::Timeline> unused;  // closed outside the lock
+  {
+    std::unique_lock<std::mutex> lock(timelineMu);
+    if (loopDone) {
+      unused = std::move(next);
     } else {
-      ops.push_back(&it->second);
-    }
-  }
-  executor->execute(r, ops);
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    if (cache.enabled() && ResponseCache::cacheable(r.op)) {
-      if (fromCache) {
-        int bit = cache.bitOf(r.names[i]);
-        if (bit >= 0) cache.touch(bit);
-      } else {
-        Response single = r;
-        single.names = {r.names[i]};
-        single.shapes = {r.shapes[i]};
-        int evicted = -1;
-        cache.put(single, &evicted);
-        if (evicted >= 0) revertEvictedOnLoop(evicted);
+      unused = std::move(timelineNext);
+      timelineNext = std::move(next);
+      const uint64_t ticket = ++timelineRequested;
+      timelineChange = true;
+      queue.wake();
+      // From a completion callback (the loop itself) the change applies at
+      // the next cycle; anywhere else wait for it, so that ops enqueued
+      // after startTimeline returns are traced.
+      if (std::this_thread::get_id() != loopThreadId.load()) {
+        timelineCv.wait(lock, [&] { return loopDone || timelineApplied >= ticket; });
       }
     }
-    if (ops[i] != nullptr) completeOnLoop(*ops[i], Status::Ok());
   }
-}
-
-void Engine::Impl::completeOnLoop(PendingOp& op, const Status& status) {
-  std::string name = op.msg.request.name;
-  auto handle = op.handle;
-  auto onDone = std::move(op.entry.onDone);
-  pending.erase(name);  // op is gone from here on
-  queue.release(name);
-  {
-    // Whoever waits on this handle sees counters that include its work.
-    std::lock_guard<std::mutex> lock(mu);
-    publishedStats = loopStats;
-  }
-  if (onDone) {
-    try {
-      onDone(status);
-    } catch (const std::exception& e) {
-      log->error("completion callback for '{}' threw: {}", name, e.what());
-    }
-  }
-  handle->complete(status);
-}
-
-void Engine::Impl::failAllOnLoop(const Status& status) {
-  queue.close(status);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (status.code != ErrorCode::kShutdown) failure = status;
-    publishedStats = loopStats;
-  }
-  for (auto& op : queue.drain()) pending.emplace(op.msg.request.name, std::move(op));
-  while (!pending.empty()) completeOnLoop(pending.begin()->second, status);
-  localJoined = false;
+  if (unused) unused->close();
 }
 
 }  // namespace kolo

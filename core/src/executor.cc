@@ -80,6 +80,18 @@ Executor::Executor(const Identity& identity, std::unique_ptr<comm::Collectives> 
     : identity_(identity), collectives_(std::move(collectives)), stats_(stats) {}
 
 void Executor::execute(const Response& response, const std::vector<PendingOp*>& ops) {
+  rows_.clear();
+  collectiveSpan_ = nullptr;
+  if (timeline_ != nullptr) {
+    for (const PendingOp* op : ops) {
+      if (op != nullptr && op->traced) rows_.push_back(op->row);
+    }
+    if (!rows_.empty()) {
+      const char*& name = spanNames_.at(static_cast<size_t>(response.op));
+      if (name == nullptr) name = timeline_->collectiveName(collectives_->name(), response.op);
+      collectiveSpan_ = name;
+    }
+  }
   switch (response.op) {
     case OpType::kAllreduce: return allreduce(response, ops);
     case OpType::kBroadcast: return broadcast(response, ops[0]);
@@ -89,6 +101,18 @@ void Executor::execute(const Response& response, const std::vector<PendingOp*>& 
     case OpType::kBarrier:
     case OpType::kJoin: return;  // negotiation itself was the synchronisation
   }
+}
+
+void Executor::traceBegin(const char* name, int64_t bytes) {
+  if (rows_.empty()) return;
+  const int64_t ts = timeline::Timeline::now();
+  for (int row : rows_) timeline_->begin(row, name, ts, bytes);
+}
+
+void Executor::traceEnd(const char* name) {
+  if (rows_.empty()) return;
+  const int64_t ts = timeline::Timeline::now();
+  for (int row : rows_) timeline_->end(row, name, ts);
 }
 
 void Executor::finishReduction(void* buf, size_t count, const Response& r) {
@@ -117,6 +141,7 @@ void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) 
   } else {
     stats_.fusedTensors += ops.size() > 1 ? ops.size() : 0;
     buf = fusion_.data(total * esize);
+    traceBegin(timeline::kMemcpyIn);
     size_t offset = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const size_t n = static_cast<size_t>(numElements(r.shapes[i]));
@@ -128,12 +153,16 @@ void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) 
       }
       offset += n;
     }
+    traceEnd(timeline::kMemcpyIn);
   }
   if (isFloatingPoint(r.dtype)) scaleElements(buf, total, r.dtype, r.prescale);
   ++stats_.backendCalls;
+  traceBegin(collectiveSpan_, static_cast<int64_t>(total * esize));
   collectives_->allreduce(buf, total, r.dtype, backendOp(r.reduceOp));
   finishReduction(buf, total, r);
+  traceEnd(collectiveSpan_);
   if (!inPlace) {
+    traceBegin(timeline::kMemcpyOut);
     size_t offset = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const size_t n = static_cast<size_t>(numElements(r.shapes[i]));
@@ -142,6 +171,7 @@ void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) 
       }
       offset += n;
     }
+    traceEnd(timeline::kMemcpyOut);
   }
 }
 
@@ -160,7 +190,9 @@ void Executor::broadcast(const Response& r, PendingOp* op) {
     buf = scratch_.data(bytes);
   }
   ++stats_.backendCalls;
+  traceBegin(collectiveSpan_, static_cast<int64_t>(bytes));
   collectives_->broadcast(buf, count, r.dtype, r.root);
+  traceEnd(collectiveSpan_);
 }
 
 void Executor::allgather(const Response& r, PendingOp* op) {
@@ -188,7 +220,9 @@ void Executor::allgather(const Response& r, PendingOp* op) {
     in = nullptr;
   }
   ++stats_.backendCalls;
+  traceBegin(collectiveSpan_, rows * row * static_cast<int64_t>(esize));
   collectives_->allgatherv(in, out, counts, r.dtype);
+  traceEnd(collectiveSpan_);
 }
 
 void Executor::alltoall(const Response& r, PendingOp* op) {
@@ -214,7 +248,9 @@ void Executor::alltoall(const Response& r, PendingOp* op) {
   }
   ++stats_.responses;
   ++stats_.backendCalls;
+  traceBegin(collectiveSpan_);
   collectives_->alltoallv(op->entry.input, send, out, recv, r.dtype);
+  traceEnd(collectiveSpan_);
 }
 
 void Executor::reducescatter(const Response& r, PendingOp* op) {
@@ -240,8 +276,10 @@ void Executor::reducescatter(const Response& r, PendingOp* op) {
   }
   ++stats_.responses;
   ++stats_.backendCalls;
+  traceBegin(collectiveSpan_, static_cast<int64_t>(total * elementSize(r.dtype)));
   collectives_->reducescatter(in, out, counts, r.dtype, backendOp(r.reduceOp));
   finishReduction(out, counts[identity_.rank], r);
+  traceEnd(collectiveSpan_);
 }
 
 }  // namespace kolo

@@ -3,6 +3,7 @@
 // and completes handles. Loop thread only.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "kolo/engine.h"
 #include "message.h"
 #include "pending.h"
+#include "timeline/timeline.h"
 
 namespace kolo {
 
@@ -27,12 +29,23 @@ class Executor {
 
   comm::Collectives& collectives() { return *collectives_; }
 
+  // Records fusion-buffer copies and backend calls of traced ops there;
+  // nullptr: off. The timeline must outlive its use here.
+  void setTimeline(timeline::Timeline* timeline) {
+    timeline_ = timeline;
+    spanNames_.fill(nullptr);
+  }
+
  private:
   void allreduce(const Response& r, const std::vector<PendingOp*>& ops);
   void broadcast(const Response& r, PendingOp* op);
   void allgather(const Response& r, PendingOp* op);
   void alltoall(const Response& r, PendingOp* op);
   void reducescatter(const Response& r, PendingOp* op);
+
+  // Timeline spans on the rows of the traced ops of the current response.
+  void traceBegin(const char* name, int64_t bytes = -1);
+  void traceEnd(const char* name);
 
   // Scale applied after a reduction: postscale, and 1/size for average.
   void finishReduction(void* buf, size_t count, const Response& r);
@@ -42,6 +55,10 @@ class Executor {
   EngineStats& stats_;
   FusionBuffer fusion_;
   FusionBuffer scratch_;
+  timeline::Timeline* timeline_ = nullptr;
+  std::vector<int> rows_;                   // traced rows of the current response
+  const char* collectiveSpan_ = nullptr;    // "GLOO_ALLREDUCE" when rows_ is not empty
+  std::array<const char*, 8> spanNames_{};  // per OpType, owned by timeline_
 };
 
 // Fills buf with the identity element of op (0 for sum, 1 for product, the

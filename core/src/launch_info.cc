@@ -122,7 +122,9 @@ LaunchInfo launchInfoFromEnv(const EnvLookup& lookup) {
     id.crossRank = env.integer("KOLO_CROSS_RANK", 0, 0, false, who);
     id.crossSize = env.integer("KOLO_CROSS_SIZE", 1, 1, false, who);
     checkIdentity(id, who);
-    if (id.size > 1) {
+    // kolorun watches its store for every rank's arrival, so connect to it
+    // even when the job has a single rank.
+    if (id.size > 1 || env.has("KOLO_RENDEZVOUS_ADDR")) {
       if (!env.has("KOLO_RENDEZVOUS_ADDR")) {
         throw InvalidArgument("KOLO_RANK is set but KOLO_RENDEZVOUS_ADDR is not; "
                               "start the job with kolorun or set KOLO_RENDEZVOUS_ADDR/PORT");
@@ -164,6 +166,18 @@ LaunchInfo launchInfoFromEnv(const EnvLookup& lookup) {
     id.crossSize = id.size / id.localSize > 0 ? id.size / id.localSize : 1;
     id.crossRank = id.rank / id.localSize;
     checkIdentity(id, who);
+    if (id.size > 1 && !env.has("KOLO_RENDEZVOUS_ADDR") && !env.has("MASTER_ADDR")) {
+      // With control and data both over MPI the job needs no store of ours:
+      // each process keeps its bookkeeping keys in a private in-memory store.
+      const Config config = Config::fromEnv(lookup);
+      if (config.controller == "mpi" && config.cpuOperations == "mpi") return info;
+      throw InvalidArgument(
+          "started by mpirun with " + std::to_string(id.size) + " ranks, KOLO_CONTROLLER=" +
+          config.controller + " and KOLO_CPU_OPERATIONS=" + config.cpuOperations +
+          ": gloo needs a rendezvous store but none is given; set MASTER_ADDR and "
+          "MASTER_PORT (rank 0's host and a free port; kolo listens on MASTER_PORT+1) or "
+          "KOLO_RENDEZVOUS_ADDR/KOLO_RENDEZVOUS_PORT, or set both variables to mpi");
+    }
     info.rendezvous = rankZeroHosted(env, id, who);
     return info;
   }

@@ -1,5 +1,8 @@
-// Rank-tagged logging through spdlog. One Logger per Engine (no global
-// registry), writing to stderr: "[2026-11-22 12:00:00.123] [kolo rank 1] [warning] ...".
+// Rank-tagged logging through spdlog. One logger per Engine (no global
+// registry), writing to stderr:
+//   "[2026-11-22 12:00:00.123456] [kolo rank 1] [warning] ..."
+// and, when Config::logSink is set, also to that callback (same line, same
+// level filter). Loggers are thread-safe; any thread may log.
 #pragma once
 
 #include <memory>
@@ -11,6 +14,6 @@
 
 namespace kolo {
 
-std::shared_ptr<spdlog::logger> makeLogger(int rank, LogLevel level);
+std::shared_ptr<spdlog::logger> makeLogger(int rank, const Config& config);
 
 }  // namespace kolo

@@ -2,6 +2,7 @@
 // Owned by the background thread once drained from the queue.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "handle_state.h"
@@ -21,6 +22,16 @@ struct PendingOp {
   std::shared_ptr<HandleState> handle;
   State state = State::kNew;
   int bit = -1;  // kCached: position in the response cache
+
+  // Set by the caller's thread at enqueue: stall ages, timeline start.
+  std::chrono::steady_clock::time_point enqueued = std::chrono::steady_clock::now();
+
+  // Timeline (loop thread): whether this op's spans are open in the running
+  // timeline, its row, and which negotiation-phase span is open.
+  enum class Span : uint8_t { kNone, kNegotiate, kQueue };
+  bool traced = false;
+  int row = 0;
+  Span span = Span::kNone;
 };
 
 }  // namespace kolo

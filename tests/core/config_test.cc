@@ -106,6 +106,16 @@ TEST(LaunchInfo, KoloRunEnvironment) {
   EXPECT_FALSE(info.rendezvous.hostServer);
 }
 
+TEST(LaunchInfo, KoloRunWithOneRankStillUsesTheJobStore) {
+  // kolorun -np 1 waits for the rank to arrive in its store.
+  LaunchInfo info = launchInfoFromEnv(envOf({{"KOLO_RANK", "0"}, {"KOLO_SIZE", "1"},
+                                             {"KOLO_RENDEZVOUS_ADDR", "127.0.0.1"},
+                                             {"KOLO_RENDEZVOUS_PORT", "4000"},
+                                             {"KOLO_SECRET_KEY", "abc"}}));
+  EXPECT_EQ(info.rendezvous.addr, "127.0.0.1");
+  EXPECT_EQ(info.rendezvous.port, 4000);
+}
+
 TEST(LaunchInfo, TorchrunRankZeroHostsTheStoreOnMasterPortPlusOne) {
   auto env = std::map<std::string, std::string>{{"RANK", "0"}, {"WORLD_SIZE", "2"},
                                                 {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"},

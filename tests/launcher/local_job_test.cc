@@ -190,6 +190,8 @@ TEST(LocalJobs, SigkillToKolorunStillTakesTheWorkersDown) {
 TEST(LocalJobs, SecretNeverAppearsOnAnyCommandLine) {
   std::string token = uniqueToken("secret");
   Running run(withProbe({kolorunPath(), "-np", "2"}, {"tag", token, "env", "out", "ready", "sleep", "60"}));
+  // Each rank prints its environment before "ready": wait for both.
+  ASSERT_TRUE(run.waitForOutput("[0]<stdout>:ready", seconds(20)));
   ASSERT_TRUE(run.waitForOutput("[1]<stdout>:ready", seconds(20)));
   auto env = envByRank(run.out());
   std::string secret = env[0]["KOLO_SECRET_KEY"];

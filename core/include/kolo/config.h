@@ -37,6 +37,16 @@ struct Config {
   std::string timelinePath;
   // KOLO_AUTOTUNE: tune fusion threshold and cycle time online.
   bool autotune = false;
+  // KOLO_AUTOTUNE_LOG: CSV file (rank 0) with one row per autotune sample.
+  std::string autotuneLogPath;
+  // KOLO_AUTOTUNE_WARMUP_SAMPLES: samples discarded after each change.
+  int autotuneWarmupSamples = 2;
+  // KOLO_AUTOTUNE_SAMPLES: samples scored (median) per candidate setting.
+  int autotuneSamples = 3;
+  // KOLO_AUTOTUNE_SAMPLE_TIME: seconds of traffic per sample.
+  std::chrono::milliseconds autotuneSampleTime{500};
+  // KOLO_TIMELINE_MARK_CYCLES: add a CYCLE marker row to the timeline.
+  bool timelineMarkCycles = false;
   // KOLO_LOG_LEVEL: trace|debug|info|warning|error|off.
   LogLevel logLevel = LogLevel::kWarning;
   // KOLO_CONTROLLER: gloo|mpi.
@@ -48,6 +58,11 @@ struct Config {
   // KOLO_IFACE: network interface for the data plane (e.g. eth0); empty =
   // the interface that routes to the rendezvous store.
   std::string iface;
+
+  // Not from the environment: when set, every log line of the engine is
+  // also passed here (rank-tagged, formatted), from whichever thread logs.
+  // For tests and applications that collect logs themselves.
+  std::function<void(LogLevel level, const std::string& line)> logSink;
 
   static Config fromEnv(const EnvLookup& env = processEnv());
 };

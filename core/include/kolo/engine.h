@@ -90,6 +90,34 @@ struct EngineStats {
   uint64_t fusedTensors = 0;       // tensors executed inside multi-tensor responses
   uint64_t backendCalls = 0;       // data-plane collective calls
   uint64_t bytesReduced = 0;
+  uint64_t stallChecks = 0;  // stall check rounds (gather + broadcast) run
+};
+
+// Parameters the autotuner may change while the job runs. Every rank
+// applies a change at the same cycle, so all ranks always agree on them.
+struct Tunables {
+  int64_t fusionThresholdBytes = 0;
+  std::chrono::microseconds cycleTime{0};
+  bool cacheEnabled = true;
+
+  bool operator==(const Tunables& o) const {
+    return fusionThresholdBytes == o.fusionThresholdBytes && cycleTime == o.cycleTime &&
+           cacheEnabled == o.cacheEnabled;
+  }
+  bool operator!=(const Tunables& o) const { return !(*this == o); }
+};
+
+// The tunables in force and every change applied so far. cycle is the
+// engine's cycle counter (EngineStats::cycles) at which the change took
+// effect; it counts the same on every rank.
+struct TuningState {
+  struct Change {
+    uint64_t cycle = 0;
+    Tunables tunables;
+  };
+  Tunables current;
+  std::vector<Change> history;
+  bool converged = false;  // the autotuner stopped exploring
 };
 
 class Engine {
@@ -136,6 +164,17 @@ class Engine {
   int rank() const { return identity().rank; }
   int size() const { return identity().size; }
   EngineStats stats() const;
+  // Tunables in force (from Config, or as chosen by the autotuner).
+  TuningState tuning() const;
+
+  // Starts writing a Chrome-trace timeline of this rank to path (rank r > 0
+  // writes path with ".rank<r>" inserted before a ".json" suffix, or
+  // appended). Replaces a running timeline. Throws InvalidArgument when the
+  // file cannot be created. Any thread.
+  void startTimeline(const std::string& path);
+  // Stops the timeline and returns once its file is complete (closing "]"
+  // written). No-op when none runs. Any thread.
+  void stopTimeline();
   // Set once the engine stopped because of a failure (its error); ok otherwise.
   Status failure() const;
 

@@ -1,7 +1,22 @@
 #include "comm/select.h"
 
+#include <utility>
+
+#include "comm/cuda/gpu_ops.h"
 #include "comm/gloo/factory.h"
+#include "kolo/build_config.h"
 #include "kolo/error.h"
+#if KOLO_WITH_MPI
+#include "comm/mpi/factory.h"
+#endif
+#if KOLO_WITH_CUDA
+#include "comm/cuda/device_set.h"
+#include "comm/cuda/gpu_executor.h"
+#include "comm/cuda/staged_collectives.h"
+#endif
+#if KOLO_WITH_NCCL
+#include "comm/nccl/factory.h"
+#endif
 
 namespace kolo::comm {
 namespace {
@@ -17,13 +32,56 @@ namespace {
 std::unique_ptr<ControlChannel> createControlChannel(const std::string& backend,
                                                      const BackendArgs& args) {
   if (backend == "gloo") return gloo::createControlChannel(args);
+#if KOLO_WITH_MPI
+  if (backend == "mpi") return mpi::createControlChannel(args);
+#endif
   notBuilt(backend, "KOLO_CONTROLLER");
 }
 
 std::unique_ptr<Collectives> createCollectives(const std::string& backend,
                                                const BackendArgs& args) {
   if (backend == "gloo") return gloo::createCollectives(args);
+#if KOLO_WITH_MPI
+  if (backend == "mpi") return mpi::createCollectives(args);
+#endif
   notBuilt(backend, "KOLO_CPU_OPERATIONS");
+}
+
+std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
+                                                  const BackendArgs& args,
+                                                  std::shared_ptr<cuda::DeviceSet> devices) {
+#if KOLO_WITH_CUDA
+  const BackendArgs gpuArgs{args.config, args.identity,
+                            std::make_shared<PrefixStore>("gpu/", args.store),
+                            args.localAddress};
+#if KOLO_WITH_NCCL
+  if (backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
+#endif
+  if (backend == "gloo" || backend == "mpi") {
+    return std::make_unique<cuda::StagedCollectives>(createCollectives(backend, gpuArgs),
+                                                     std::move(devices), args.identity.rank,
+                                                     args.identity.size);
+  }
+  notBuilt(backend, "KOLO_GPU_OPERATIONS");
+#else
+  (void)args;
+  (void)devices;
+  throw InvalidArgument("KOLO_GPU_OPERATIONS=" + backend +
+                        ": this build of kolo has no CUDA support (rebuild with "
+                        "KOLO_WITH_CUDA=ON and the CUDA toolkit)");
+#endif
+}
+
+std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args) {
+#if KOLO_WITH_CUDA
+  auto devices = std::make_shared<cuda::DeviceSet>();
+  auto collectives = createGpuCollectives(backend, args, devices);
+  return std::make_unique<cuda::GpuExecutor>(std::move(devices), std::move(collectives),
+                                             args.identity.rank, args.identity.size);
+#else
+  createGpuCollectives(backend, args, nullptr);  // throws: no CUDA in this build
+  return nullptr;
+#endif
 }
 
 }  // namespace kolo::comm

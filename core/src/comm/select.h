@@ -11,11 +11,35 @@
 
 namespace kolo::comm {
 
+namespace cuda {
+class DeviceSet;  // comm/cuda/device_set.h (KOLO_WITH_CUDA builds only)
+class GpuOps;     // comm/cuda/gpu_ops.h (CUDA-free interface, every build)
+}  // namespace cuda
+
 // Throw InvalidArgument naming the backend and the variable that chose it
 // when this build lacks it.
 std::unique_ptr<ControlChannel> createControlChannel(const std::string& backend,
                                                      const BackendArgs& args);
 std::unique_ptr<Collectives> createCollectives(const std::string& backend,
                                                const BackendArgs& args);
+
+// The data plane for CUDA tensors (KOLO_GPU_OPERATIONS): "nccl", or "mpi" /
+// "gloo" over pinned host staging (comm/cuda/staged_collectives.h). Buffers
+// passed to it are device pointers; its work is ordered on the comm streams
+// of devices, which the engine shares with its cuda::GpuExecutor. Keys go
+// under "gpu/" in args.store, apart from the CPU backend's. Throws
+// InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks the
+// backend or CUDA.
+std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
+                                                  const BackendArgs& args,
+                                                  std::shared_ptr<cuda::DeviceSet> devices);
+
+// What the engine's executor uses for CUDA responses: a cuda::GpuExecutor
+// over createGpuCollectives(backend, ...) with its own DeviceSet. With
+// "mpi"/"gloo" this connects a mesh, so every rank must call it at the same
+// point (e.g. when the first CUDA response is executed). Throws
+// InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks CUDA or
+// the backend.
+std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args);
 
 }  // namespace kolo::comm

@@ -1,6 +1,7 @@
 #include "wire/wire.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "kolo/error.h"
@@ -23,9 +24,13 @@ E enumFrom(uint8_t v, uint8_t count, const char* what, const char* field) {
   return static_cast<E>(v);
 }
 
+// Copies bytes rather than reading through the vector: the verifier only
+// checks 4-byte alignment, and a crafted message can misalign 8-byte data.
 std::vector<int64_t> longs(const fb::Vector<int64_t>* v) {
   if (v == nullptr) return {};
-  return std::vector<int64_t>(v->begin(), v->end());
+  std::vector<int64_t> out(v->size());
+  if (!out.empty()) std::memcpy(out.data(), v->Data(), out.size() * sizeof(int64_t));
+  return out;
 }
 
 void checkDims(const std::vector<int64_t>& dims, const char* what) {

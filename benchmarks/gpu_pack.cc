@@ -1,0 +1,164 @@
+// Batched pack/unpack kernel throughput vs cudaMemcpy device-to-device.
+//
+//   bench_gpu_pack [--tensors N] [--total-mib M] [--iters K] [--csv FILE]
+//
+// Packs N tensors of log-uniform mixed sizes (1 KiB .. 8 MiB, scaled to
+// M MiB in total) into one fusion buffer with one kernel launch (as the
+// engine does for a fused response; descriptor upload included), unpacks
+// them again, and times both against one cudaMemcpyAsync D2D of the same
+// bytes. Bandwidth counts read + write (2 x bytes / time), like a memcpy
+// benchmark. Goal (issue 6): pack and unpack >= 80% of the memcpy rate for
+// 100+ tensors. Prints a table; --csv also writes it as CSV.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "comm/cuda/check.h"
+#include "comm/cuda/device_set.h"
+
+using kolo::DataType;
+using kolo::comm::cuda::CopyDesc;
+using kolo::comm::cuda::CopyTransform;
+
+namespace {
+
+struct Row {
+  std::string what;
+  double ms;
+  double gbps;
+  double ratio;
+};
+
+template <typename Fn>
+double timeMs(cudaStream_t stream, int iters, Fn&& fn) {
+  cudaEvent_t start, stop;
+  KOLO_CUDA_CHECK(cudaEventCreate(&start));
+  KOLO_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) fn();  // warm-up
+  KOLO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  KOLO_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) fn();
+  KOLO_CUDA_CHECK(cudaEventRecord(stop, stream));
+  KOLO_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  KOLO_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  KOLO_CUDA_CHECK(cudaEventDestroy(start));
+  KOLO_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int tensors = 128;
+  double totalMiB = 256;
+  int iters = 20;
+  std::string csv;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--tensors") tensors = std::atoi(argv[i + 1]);
+    else if (flag == "--total-mib") totalMiB = std::atof(argv[i + 1]);
+    else if (flag == "--iters") iters = std::atoi(argv[i + 1]);
+    else if (flag == "--csv") csv = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  std::string why;
+  if (kolo::comm::cuda::deviceCount(&why) == 0) {
+    std::fprintf(stderr, "bench_gpu_pack: no CUDA device (%s); run it on a GPU machine "
+                         "(scripts/gpu-check)\n", why.c_str());
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  KOLO_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+
+  // Log-uniform sizes in floats, then scaled to the requested total.
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<double> logSize(std::log(256.0), std::log(2.0 * 1024 * 1024));
+  std::vector<double> raw(tensors);
+  double rawTotal = 0;
+  for (double& r : raw) rawTotal += (r = std::exp(logSize(rng)));
+  const double want = totalMiB * 1024 * 1024 / sizeof(float);
+  std::vector<uint64_t> counts(tensors);
+  uint64_t total = 0;
+  for (int t = 0; t < tensors; ++t) {
+    counts[t] = std::max<uint64_t>(1, static_cast<uint64_t>(raw[t] / rawTotal * want));
+    // Odd sizes on purpose: packed offsets are then mostly not 16-byte aligned.
+    counts[t] |= 1;
+    total += counts[t];
+  }
+  const size_t bytes = total * sizeof(float);
+
+  kolo::comm::cuda::DeviceSet devices;
+  auto& ctx = devices.at(0);
+  cudaStream_t stream = ctx.stream();
+  std::vector<void*> bufs(tensors);
+  for (int t = 0; t < tensors; ++t) {
+    KOLO_CUDA_CHECK(cudaMalloc(&bufs[t], counts[t] * sizeof(float)));
+    KOLO_CUDA_CHECK(cudaMemset(bufs[t], 0, counts[t] * sizeof(float)));
+  }
+  void* fused = ctx.fusion(bytes);
+  void* other = nullptr;
+  KOLO_CUDA_CHECK(cudaMalloc(&other, bytes));
+  std::vector<CopyDesc> pack(tensors), unpack(tensors);
+  uint64_t offset = 0;
+  for (int t = 0; t < tensors; ++t) {
+    char* slot = static_cast<char*>(fused) + offset * sizeof(float);
+    pack[t] = CopyDesc{bufs[t], slot, counts[t]};
+    unpack[t] = CopyDesc{slot, bufs[t], counts[t]};
+    offset += counts[t];
+  }
+
+  const double memcpyMs = timeMs(stream, iters, [&] {
+    KOLO_CUDA_CHECK(cudaMemcpyAsync(other, fused, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  const CopyTransform copy;
+  const CopyTransform scale = kolo::comm::cuda::makeTransform(DataType::kFloat32, 0.5);
+  const CopyTransform unscale = kolo::comm::cuda::makeTransform(DataType::kFloat32, 2.0);
+  const double packMs = timeMs(stream, iters, [&] { ctx.batchedCopy(pack, DataType::kFloat32, copy); });
+  const double unpackMs =
+      timeMs(stream, iters, [&] { ctx.batchedCopy(unpack, DataType::kFloat32, copy); });
+  const double packScaleMs =
+      timeMs(stream, iters, [&] { ctx.batchedCopy(pack, DataType::kFloat32, scale); });
+  const double unpackScaleMs =
+      timeMs(stream, iters, [&] { ctx.batchedCopy(unpack, DataType::kFloat32, unscale); });
+
+  auto gbps = [&](double ms) { return 2.0 * bytes / (ms * 1e-3) / 1e9; };
+  std::vector<Row> rows = {
+      {"memcpy D2D (one call)", memcpyMs, gbps(memcpyMs), 1.0},
+      {"pack (copy)", packMs, gbps(packMs), memcpyMs / packMs},
+      {"unpack (copy)", unpackMs, gbps(unpackMs), memcpyMs / unpackMs},
+      {"pack (x0.5 prescale)", packScaleMs, gbps(packScaleMs), memcpyMs / packScaleMs},
+      {"unpack (x2 postscale)", unpackScaleMs, gbps(unpackScaleMs), memcpyMs / unpackScaleMs},
+  };
+  std::printf("bench_gpu_pack on %s: %d float32 tensors, %.1f MiB total, %d iterations\n",
+              prop.name, tensors, bytes / 1048576.0, iters);
+  std::printf("%-24s %10s %12s %10s\n", "what", "ms", "GB/s (r+w)", "vs memcpy");
+  for (const Row& r : rows) {
+    std::printf("%-24s %10.3f %12.1f %9.1f%%\n", r.what.c_str(), r.ms, r.gbps, 100 * r.ratio);
+  }
+  const double worst = std::min({memcpyMs / packMs, memcpyMs / unpackMs});
+  std::printf("goal >= 80%% of memcpy for pack and unpack: %s (worst %.1f%%)\n",
+              worst >= 0.8 ? "MET" : "NOT MET", 100 * worst);
+  if (!csv.empty()) {
+    std::ofstream out(csv);
+    out << "what,tensors,bytes,ms,gbps_rw,ratio_vs_memcpy\n";
+    for (const Row& r : rows) {
+      out << '"' << r.what << "\"," << tensors << ',' << bytes << ',' << r.ms << ',' << r.gbps
+          << ',' << r.ratio << '\n';
+    }
+  }
+  for (void* b : bufs) (void)cudaFree(b);
+  (void)cudaFree(other);
+  return worst >= 0.8 ? 0 : 1;
+}

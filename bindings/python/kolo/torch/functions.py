@@ -1,0 +1,149 @@
+"""Model and optimizer state, and Python objects, across ranks."""
+import io
+import pickle
+
+import torch
+
+from kolo import _kolo
+from kolo.torch import ops
+
+
+def _named_tensors(params):
+    if isinstance(params, dict):
+        return sorted(params.items())
+    if isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
+        raise ValueError("invalid params of type: %s" % type(params))
+    out = []
+    for i, item in enumerate(params):
+        if isinstance(item, tuple):
+            out.append((str(item[0]), item[1]))
+        else:
+            out.append(("param.%d" % i, item))
+    return out
+
+
+def broadcast_parameters(params, root_rank, prefix=None):
+    """Overwrites every tensor of params with root_rank's, in place.
+
+    params: a state_dict (parameters and buffers), named_parameters() or a
+    list of tensors. Collective: every rank passes the same names.
+    """
+    named = _named_tensors(params)
+    if prefix:
+        named = [(prefix + n, t) for n, t in named]
+    tensors = []
+    for n, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (n, type(t)))
+        tensors.append((n, t.data))
+    with torch.no_grad():
+        _kolo.broadcast_parameters(tensors, root_rank)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's obj (pickled) on every rank; other ranks' obj is ignored."""
+    if _kolo.rank() == root_rank:
+        buf = io.BytesIO()
+        pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
+        data = buf.getvalue()
+    else:
+        data = b""
+    received = _kolo.broadcast_object_bytes(data, root_rank, "" if name is None else name)
+    return pickle.load(io.BytesIO(received))
+
+
+def allgather_object(obj, name=None):
+    """The list of every rank's obj (pickled), in rank order."""
+    buf = io.BytesIO()
+    pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    base = name if name is not None else _kolo.next_name("allgather_object")
+    sizes = ops.synchronize(ops.allgather_async(
+        torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes"))
+    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data"))
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.load(io.BytesIO(data[offset:offset + n].numpy().tobytes())))
+        offset += n
+    return out
+
+
+class _TensorSlot:
+    """Placeholder for a state tensor in the pickled optimizer layout."""
+
+    __slots__ = ("index", "shape", "dtype")
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+    def __getstate__(self):
+        return (self.index, self.shape, self.dtype)
+
+    def __setstate__(self, state):
+        self.index, self.shape, self.dtype = state
+
+
+def _strip_tensors(obj, tensors):
+    """obj with every tensor replaced by a _TensorSlot; tensors collects them."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _TensorSlot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+    if isinstance(obj, dict):
+        return {k: _strip_tensors(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_strip_tensors(v, tensors) for v in obj)
+    return obj
+
+
+def _slots(obj, out):
+    if isinstance(obj, _TensorSlot):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _slots(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _slots(v, out)
+    return out
+
+
+def _fill_tensors(obj, tensors):
+    if isinstance(obj, _TensorSlot):
+        return tensors[obj.index]
+    if isinstance(obj, dict):
+        return {k: _fill_tensors(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill_tensors(v, tensors) for v in obj)
+    return obj
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
+    """Makes optimizer's state and param-group options (lr, betas, ...) equal
+    to root_rank's, also on ranks whose optimizer never stepped.
+
+    The layout (keys, scalars, shapes) travels as one pickled object and each
+    state tensor as its own broadcast; non-root ranks then load_state_dict().
+    Every rank's optimizer must be the same type over the same parameter
+    layout. Unlike Horovod, no dummy step is taken, so parameters are never
+    touched. model is accepted for Horovod compatibility.
+    """
+    del model
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    is_root = _kolo.rank() == root_rank
+    base = _kolo.next_name("broadcast")
+    local = []
+    layout = _strip_tensors(optimizer.state_dict(), local) if is_root else None
+    layout = broadcast_object(layout, root_rank, name=base + ".layout")
+    if is_root:
+        tensors = local
+    else:
+        slots = sorted(_slots(layout, []), key=lambda s: s.index)
+        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
+    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i))
+               for i, t in enumerate(tensors)]
+    for h in handles:
+        ops.synchronize(h)
+    if not is_root:
+        optimizer.load_state_dict(_fill_tensors(layout, tensors))
+

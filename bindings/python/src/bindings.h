@@ -1,0 +1,20 @@
+// Pieces of the _kolo extension module, one function per translation unit.
+// Everything binds the process's default engine (kolo::init()) through the
+// LibTorch adapter's default_context(); no collective is implemented here.
+#pragma once
+
+#include <torch/extension.h>
+
+namespace kolo::python {
+
+namespace py = pybind11;
+
+// KoloError and its subclasses, and the C++ -> Python error translation
+// (module.cc).
+void registerErrors(py::module_& m);
+// init/shutdown, identity, build and runtime configuration, timeline.
+void bindProcess(py::module_& m);
+// TensorHandle, ReduceOp and the tensor collectives (ops.cc).
+void bindOps(py::module_& m);
+
+}  // namespace kolo::python

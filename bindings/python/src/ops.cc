@@ -1,0 +1,111 @@
+// TensorHandle, ReduceOp and the tensor collectives, as thin wrappers over
+// the LibTorch adapter's default context. The Python layer (kolo/torch)
+// adds the horovod.torch signatures, autograd and compression on top.
+//
+// GIL: every call that enqueues or waits releases it. The engine's
+// background thread may drop the last reference to a tensor that Python
+// created, which takes the GIL; holding it while blocked on the engine
+// could deadlock.
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "kolo/torch.h"
+
+namespace kolo::python {
+
+namespace kt = kolo::torch;
+using Release = py::call_guard<py::gil_scoped_release>;
+
+void bindOps(py::module_& m) {
+  py::enum_<ReduceOp>(m, "ReduceOp")
+      .value("Sum", ReduceOp::kSum)
+      .value("Average", ReduceOp::kAverage)
+      .value("Min", ReduceOp::kMin)
+      .value("Max", ReduceOp::kMax)
+      .value("Product", ReduceOp::kProduct);
+
+  py::class_<kt::TensorHandle>(m, "TensorHandle",
+                               "Completion of one asynchronous tensor operation.")
+      .def("poll", &kt::TensorHandle::poll, Release(),
+           "True once the operation finished (successfully or not).")
+      .def("wait", &kt::TensorHandle::wait, Release(),
+           "Blocks until done (without the GIL); returns the result tensor or raises the "
+           "operation's error.")
+      .def("received_splits", &kt::TensorHandle::received_splits,
+           "alltoall: rows received from each rank (after wait()).");
+
+  auto& ctx = kt::default_context();
+
+  m.def(
+      "allreduce_async",
+      [&ctx](const at::Tensor& t, ReduceOp op, const std::string& name, double prescale,
+             double postscale, bool inplace) {
+        return inplace ? ctx.allreduce_async_(t, op, name, prescale, postscale)
+                       : ctx.allreduce_async(t, op, name, prescale, postscale);
+      },
+      Release(), py::arg("tensor"), py::arg("op"), py::arg("name"), py::arg("prescale"),
+      py::arg("postscale"), py::arg("inplace"));
+
+  m.def(
+      "grouped_allreduce_async",
+      [&ctx](const std::vector<at::Tensor>& ts, ReduceOp op, const std::string& name,
+             double prescale, double postscale) {
+        return ctx.grouped_allreduce_async(ts, op, name, prescale, postscale);
+      },
+      Release(), py::arg("tensors"), py::arg("op"), py::arg("name"), py::arg("prescale"),
+      py::arg("postscale"));
+
+  m.def(
+      "allgather_async",
+      [&ctx](const at::Tensor& t, const std::string& name) { return ctx.allgather_async(t, name); },
+      Release(), py::arg("tensor"), py::arg("name"));
+
+  m.def(
+      "broadcast_async",
+      [&ctx](const at::Tensor& t, int root, const std::string& name, bool inplace) {
+        return inplace ? ctx.broadcast_async_(t, root, name) : ctx.broadcast_async(t, root, name);
+      },
+      Release(), py::arg("tensor"), py::arg("root"), py::arg("name"), py::arg("inplace"));
+
+  m.def(
+      "alltoall_async",
+      [&ctx](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name) {
+        return ctx.alltoall_async(t, splits, name);
+      },
+      Release(), py::arg("tensor"), py::arg("splits"), py::arg("name"));
+
+  m.def(
+      "reducescatter_async",
+      [&ctx](const at::Tensor& t, ReduceOp op, const std::string& name, double prescale,
+             double postscale) { return ctx.reducescatter_async(t, op, name, prescale, postscale); },
+      Release(), py::arg("tensor"), py::arg("op"), py::arg("name"), py::arg("prescale"),
+      py::arg("postscale"));
+
+  m.def(
+      "barrier", [&ctx] { ctx.barrier(); }, Release());
+  m.def(
+      "join", [&ctx] { return ctx.join(); }, Release(),
+      "Blocks until every rank joined; returns the last rank to join.");
+
+  // bytes in, bytes out: the payload must not go through str conversion.
+  m.def(
+      "broadcast_object_bytes",
+      [&ctx](const std::string& bytes, int root, const std::string& name) {
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          out = ctx.broadcast_object(bytes, root, name);
+        }
+        return py::bytes(out);
+      },
+      py::arg("data"), py::arg("root"), py::arg("name"));
+
+  m.def(
+      "broadcast_parameters",
+      [](const kt::NamedTensors& tensors, int root) { kt::broadcast_parameters(tensors, root); },
+      Release(), py::arg("tensors"), py::arg("root"),
+      "Broadcasts (name, tensor) pairs in place from root, negotiated together.");
+}
+
+}  // namespace kolo::python

@@ -1,0 +1,115 @@
+#include "comm/cuda/copy_plan.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "kolo/error.h"
+
+namespace kolo::comm::cuda {
+namespace {
+
+template <typename T>
+uint64_t bitsOf(T value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return bits;
+}
+
+template <typename T>
+uint64_t extremeBits(bool forMin) {
+  if (std::numeric_limits<T>::has_infinity) {
+    return bitsOf<T>(forMin ? std::numeric_limits<T>::infinity()
+                            : -std::numeric_limits<T>::infinity());
+  }
+  return bitsOf<T>(forMin ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest());
+}
+
+}  // namespace
+
+CopyPlan planCopies(const std::vector<CopyDesc>& copies, size_t elementSize, size_t chunkBytes) {
+  KOLO_CHECK_ARG(elementSize == 1 || elementSize == 2 || elementSize == 4 || elementSize == 8,
+                 "batched copy: element size " + std::to_string(elementSize) + " not supported");
+  KOLO_CHECK_ARG(chunkBytes >= 16 && chunkBytes % 16 == 0,
+                 "batched copy: chunk size " + std::to_string(chunkBytes) +
+                     " bytes is not a positive multiple of 16");
+  CopyPlan plan;
+  plan.chunkElements = chunkBytes / elementSize;
+  plan.descs.reserve(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const CopyDesc& c = copies[i];
+    if (c.count == 0) continue;
+    KOLO_CHECK_ARG(c.dst != nullptr,
+                   "batched copy: tensor " + std::to_string(i) + " has no destination");
+    plan.descs.push_back(DeviceCopyDesc{c.src, c.dst, c.count, plan.chunks});
+    plan.chunks += (c.count + plan.chunkElements - 1) / plan.chunkElements;
+  }
+  return plan;
+}
+
+uint64_t packOffsets(const std::vector<uint64_t>& counts, std::vector<uint64_t>& offsets) {
+  offsets.resize(counts.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    offsets[i] = total;
+    total += counts[i];
+  }
+  return total;
+}
+
+CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor) {
+  CopyTransform t;
+  if (isFloatingPoint(dtype)) {
+    KOLO_CHECK_ARG(divisor == 1, std::string("batched copy: integer divisor for ") +
+                                     toString(dtype) + " (use a scale)");
+    if (scale != 1.0) {
+      t.kind = CopyTransform::Kind::kScale;
+      t.scale = scale;
+    }
+    return t;
+  }
+  KOLO_CHECK_ARG(scale == 1.0, std::string("batched copy: scale factor ") +
+                                   std::to_string(scale) + " for integer type " + toString(dtype));
+  KOLO_CHECK_ARG(divisor >= 1, "batched copy: divisor " + std::to_string(divisor) + " < 1");
+  KOLO_CHECK_ARG(divisor == 1 || dtype != DataType::kBool, "batched copy: cannot divide bool");
+  if (divisor != 1) {
+    t.kind = CopyTransform::Kind::kDivide;
+    t.divisor = divisor;
+  }
+  return t;
+}
+
+uint64_t neutralBits(DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) return 0;
+  if (op == ReduceOp::kProduct) {
+    switch (dtype) {
+      case DataType::kFloat32: return bitsOf(1.0f);
+      case DataType::kFloat64: return bitsOf(1.0);
+      case DataType::kFloat16: return 0x3c00;
+      case DataType::kBFloat16: return 0x3f80;
+      case DataType::kInt32:
+      case DataType::kInt64:
+      case DataType::kInt8:
+      case DataType::kUInt8:
+      case DataType::kBool: return 1;  // little-endian: low byte(s) hold 1
+    }
+  }
+  const bool forMin = op == ReduceOp::kMin;
+  KOLO_CHECK_ARG(forMin || op == ReduceOp::kMax,
+                 std::string("neutral element: unknown reduce op ") + toString(op));
+  switch (dtype) {
+    case DataType::kFloat32: return extremeBits<float>(forMin);
+    case DataType::kFloat64: return extremeBits<double>(forMin);
+    case DataType::kFloat16: return forMin ? 0x7c00 : 0xfc00;
+    case DataType::kBFloat16: return forMin ? 0x7f80 : 0xff80;
+    case DataType::kInt32: return extremeBits<int32_t>(forMin);
+    case DataType::kInt64: return extremeBits<int64_t>(forMin);
+    case DataType::kInt8: return extremeBits<int8_t>(forMin);
+    case DataType::kUInt8: return extremeBits<uint8_t>(forMin);
+    case DataType::kBool: return forMin ? 1 : 0;
+  }
+  throw InvalidArgument("neutral element: unknown dtype " +
+                        std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace kolo::comm::cuda

@@ -1,0 +1,88 @@
+// GpuExecutor: what the engine's Executor calls for a response whose
+// device is DeviceKind::kCuda. It mirrors the CPU paths of executor.cc with
+// device-side packing: one batched-copy launch packs a fused response into
+// the device's fusion buffer applying the prescale (and writing a joined
+// rank's neutral values), the GPU collectives reduce it, one launch unpacks
+// it applying the postscale (1/size or an integer division for average
+// when the backend has no native average).
+//
+// Stream contract: everything runs on the device's comm stream
+// (DeviceSet). Inputs must be ready on that stream first: call waitReady()
+// with the producer's event (the LibTorch adapter records one on the
+// caller's current stream in the gradient hook). Outputs are ready when the
+// event from recordDone() has completed: consumers' streams wait on it
+// (cudaStreamWaitEvent) and the engine completes the handles after it (a
+// finalizer thread polling cudaEventQuery, or synchronize() on the loop
+// thread).
+//
+// Threading: loop thread only, every rank in the same response order (the
+// collectives inside are collective calls).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "comm/collectives.h"
+#include "comm/cuda/device_set.h"
+#include "comm/cuda/gpu_ops.h"
+#include "kolo/types.h"
+
+namespace kolo::comm::cuda {
+
+class GpuExecutor final : public GpuOps {
+ public:
+  // collectives: built by comm::createGpuCollectives (nccl, or mpi/gloo
+  // over pinned staging) on the same DeviceSet.
+  GpuExecutor(std::shared_ptr<DeviceSet> devices, std::unique_ptr<comm::Collectives> collectives,
+              int rank, int size);
+
+  const char* name() const override { return collectives_->name(); }
+  comm::Collectives& collectives() { return *collectives_; }
+  DeviceContext& context(int device) { return devices_->at(device); }
+
+  // The comm stream of device waits for event; the host does not block.
+  void waitReady(int device, cudaEvent_t event);
+  void waitReady(int device, void* event) override {
+    waitReady(device, static_cast<cudaEvent_t>(event));
+  }
+
+  // Fused allreduce of tensors (same dtype); op may be kAverage. A single
+  // non-joined tensor is reduced in place in its output (no fusion copy).
+  void allreduce(int device, const std::vector<DeviceTensor>& tensors, DataType dtype,
+                 ReduceOp op, double prescale, double postscale) override;
+  // tensor.output receives root's tensor.input; on the root input is copied
+  // to output first when they differ.
+  void broadcast(int device, const DeviceTensor& tensor, DataType dtype, int root) override;
+  void allgatherv(int device, const void* in, void* out, const std::vector<size_t>& counts,
+                  DataType dtype) override;
+  void alltoallv(int device, const void* in, const std::vector<size_t>& sendCounts, void* out,
+                 const std::vector<size_t>& recvCounts, DataType dtype) override;
+  // in holds sum(counts) elements, out receives counts[rank]; op may be
+  // kAverage.
+  void reducescatter(int device, const void* in, void* out, const std::vector<size_t>& counts,
+                     DataType dtype, ReduceOp op, double prescale, double postscale) override;
+
+  // Event after everything enqueued on device's comm stream so far.
+  void* recordDone(int device) override { return devices_->at(device).recordDone(); }
+  // Blocks until device's comm stream is idle.
+  void synchronize(int device) override { devices_->at(device).synchronize(); }
+
+ private:
+  // How a reduction with op finishes after the backend call.
+  struct Finish {
+    ReduceOp backendOp;
+    CopyTransform transform;  // applied to the reduced elements
+  };
+  Finish finishFor(DataType dtype, ReduceOp op, double postscale) const;
+
+  std::shared_ptr<DeviceSet> devices_;
+  std::unique_ptr<comm::Collectives> collectives_;
+  const int rank_;
+  const int size_;
+  const bool nativeAverage_;  // the backend reduces kAverage itself (ncclAvg)
+};
+
+}  // namespace kolo::comm::cuda

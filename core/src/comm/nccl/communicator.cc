@@ -1,0 +1,179 @@
+#include "comm/nccl/communicator.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "comm/cuda/check.h"
+#include "comm/cuda/memory.h"
+#include "comm/nccl/types.h"
+#include "kolo/error.h"
+
+namespace kolo::comm::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string rankText(int rank, int size) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+}  // namespace
+
+void backoff(Clock::duration waited) {
+  using namespace std::chrono_literals;
+  if (waited < 20us) return;
+  if (waited < 1ms) {
+    std::this_thread::yield();
+    return;
+  }
+  std::this_thread::sleep_for(waited < 100ms ? 20us : 100us);
+}
+
+std::unique_ptr<Communicator> Communicator::connect(Store& store, const std::string& key,
+                                                    int rank, int size, int device,
+                                                    std::chrono::milliseconds timeout) {
+  KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
+                 "nccl: bad identity rank " + std::to_string(rank) + " of size " +
+                     std::to_string(size));
+  KOLO_CHECK_ARG(device >= 0, "nccl: no CUDA device for the communicator");
+  KOLO_CHECK_ARG(timeout.count() > 0, "nccl: timeout must be positive");
+  const std::string who = "nccl connect (" + rankText(rank, size) + ", device " +
+                          std::to_string(device) + ", store key '" + key + "')";
+  ncclUniqueId id;
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) throw PeerFailure(who + " failed: ncclGetUniqueId: " + describe(r));
+    store.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+  } else {
+    std::vector<char> bytes;
+    try {
+      bytes = store.get(key, timeout);
+    } catch (const Timeout& e) {
+      throw Timeout(who + " failed: rank 0 did not publish the NCCL id: " + e.what());
+    }
+    KOLO_ENFORCE(bytes.size() == sizeof(id.internal),
+                 who + ": NCCL id of " + std::to_string(bytes.size()) + " bytes");
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+
+  cuda::DeviceGuard guard(device);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every wait below is ours, bounded and abortable
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    throw PeerFailure(who + " failed: ncclCommInitRankConfig: " + describe(r, comm));
+  }
+  std::unique_ptr<Communicator> result(new Communicator(comm, rank, size, device, timeout));
+  result->waitIssued("connect", Clock::now() + timeout);
+  return result;
+}
+
+Communicator::Communicator(ncclComm_t comm, int rank, int size, int device,
+                           std::chrono::milliseconds timeout)
+    : comm_(comm), rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+
+Communicator::~Communicator() {
+  if (comm_ == nullptr) return;
+  cuda::DeviceGuard guard(device_);
+  const auto deadline = Clock::now() + timeout_;
+  ncclResult_t r = ncclCommFinalize(comm_);
+  ncclResult_t state = r;
+  const auto start = Clock::now();
+  while (r == ncclSuccess || r == ncclInProgress) {
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) break;
+    if (Clock::now() > deadline) break;
+    backoff(Clock::now() - start);
+  }
+  if ((r == ncclSuccess || r == ncclInProgress) && state == ncclSuccess) {
+    ncclCommDestroy(comm_);
+  } else {
+    ncclCommAbort(comm_);
+  }
+  comm_ = nullptr;
+}
+
+void Communicator::abort() noexcept {
+  if (comm_ == nullptr) return;
+  try {
+    cuda::DeviceGuard guard(device_);
+    ncclCommAbort(comm_);
+  } catch (...) {
+    ncclCommAbort(comm_);
+  }
+  comm_ = nullptr;
+  if (!failed_) {
+    failed_ = true;
+    failure_ = "nccl communicator aborted";
+  }
+}
+
+void Communicator::run(const char* what, cudaStream_t stream,
+                       const std::function<ncclResult_t()>& issue) {
+  checkUsable(what);
+  cuda::DeviceGuard guard(device_);
+  const auto deadline = Clock::now() + timeout_;
+  const ncclResult_t r = issue();
+  if (r != ncclSuccess && r != ncclInProgress) fail(what, describe(r, comm_), false);
+  waitIssued(what, deadline);
+  waitStream(what, stream, deadline);
+}
+
+void Communicator::waitIssued(const char* what, Clock::time_point deadline) {
+  const auto start = Clock::now();
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError: " + describe(r, comm_), false);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) fail(what, describe(state, comm_), false);
+    if (Clock::now() > deadline) {
+      fail(what, "no progress from a peer", true);
+    }
+    backoff(Clock::now() - start);
+  }
+}
+
+void Communicator::waitStream(const char* what, cudaStream_t stream, Clock::time_point deadline) {
+  const auto start = Clock::now();
+  for (;;) {
+    const cudaError_t err = cudaStreamQuery(stream);
+    if (err == cudaSuccess) return;
+    if (err != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      fail(what, "CUDA error on the comm stream: " + cuda::describe(err), false);
+    }
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError: " + describe(r, comm_), false);
+    if (state != ncclSuccess && state != ncclInProgress) fail(what, describe(state, comm_), false);
+    if (Clock::now() > deadline) fail(what, "the collective did not complete", true);
+    backoff(Clock::now() - start);
+  }
+}
+
+void Communicator::checkUsable(const char* what) const {
+  if (!failed_) return;
+  const std::string message = std::string("nccl ") + what +
+                              " failed: backend unusable after an earlier failure: " + failure_;
+  if (failedByTimeout_) throw Timeout(message);
+  throw PeerFailure(message);
+}
+
+void Communicator::fail(const char* what, const std::string& text, bool isTimeout) {
+  failure_ = std::string("nccl ") + what + " failed (" + rankText(rank_, size_) + ", device " +
+             std::to_string(device_) + "): " + text;
+  failedByTimeout_ = isTimeout;
+  failed_ = true;
+  // Abort so the kernels still waiting for a peer stop and the peers' own
+  // communicators report the failure instead of hanging.
+  abort();
+  if (isTimeout) {
+    throw Timeout(failure_ + " (timeout " + std::to_string(timeout_.count()) + " ms)");
+  }
+  throw PeerFailure(failure_);
+}
+
+}  // namespace kolo::comm::nccl

@@ -1,0 +1,81 @@
+// Communicator: one non-blocking NCCL communicator on one device and kolo's
+// error policy around it. Every wait is bounded: NCCL's asynchronous error
+// is polled while waiting, and a communicator that fails or runs past the
+// timeout is aborted (so its kernels stop and peers see the failure) before
+// PeerFailure or Timeout is thrown.
+//
+// Threading: one thread drives a Communicator (the engine's background
+// thread); every rank calls run() in the same order.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "kolo/store.h"
+
+namespace kolo::comm::nccl {
+
+class Communicator {
+ public:
+  // Collective over all `size` ranks: rank 0 creates the NCCL unique id and
+  // publishes it in store under key; the others read it (bounded by
+  // timeout). Then every rank joins the communicator on device. Throws
+  // Timeout when a peer does not show up in time, PeerFailure when NCCL
+  // fails, InvalidArgument for a bad rank/size/device.
+  static std::unique_ptr<Communicator> connect(Store& store, const std::string& key, int rank,
+                                               int size, int device,
+                                               std::chrono::milliseconds timeout);
+
+  // Finalizes (flushes) and destroys the communicator, aborting it instead
+  // when finalizing fails or takes longer than the timeout.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  ncclComm_t get() const { return comm_; }
+  int device() const { return device_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Runs one collective named `what`: issue() makes the NCCL calls on stream
+  // (a group when it is several) and returns the first non-success result.
+  // Returns once the stream is idle (so everything enqueued on it before is
+  // done too). Errors: PeerFailure("nccl allreduce failed: ...") or Timeout;
+  // after the first failure every later run() throws at once.
+  void run(const char* what, cudaStream_t stream, const std::function<ncclResult_t()>& issue);
+
+  // Aborts now (e.g. the engine failed for another reason). Idempotent.
+  void abort() noexcept;
+
+ private:
+  Communicator(ncclComm_t comm, int rank, int size, int device,
+               std::chrono::milliseconds timeout);
+
+  using Clock = std::chrono::steady_clock;
+  // Until the communicator leaves ncclInProgress (a non-blocking call was
+  // issued) or the deadline passes.
+  void waitIssued(const char* what, Clock::time_point deadline);
+  void waitStream(const char* what, cudaStream_t stream, Clock::time_point deadline);
+  void checkUsable(const char* what) const;
+  [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
+
+  ncclComm_t comm_;
+  const int rank_;
+  const int size_;
+  const int device_;
+  const std::chrono::milliseconds timeout_;
+  bool failed_ = false;
+  bool failedByTimeout_ = false;
+  std::string failure_;
+};
+
+// Sleeps a little more the longer a wait lasts: spin first (latency of small
+// collectives), then yield, then sleep up to 100 us.
+void backoff(std::chrono::steady_clock::duration waited);
+
+}  // namespace kolo::comm::nccl

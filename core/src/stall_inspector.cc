@@ -1,0 +1,231 @@
+#include "stall_inspector.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "kolo/error.h"
+
+namespace kolo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kMaxListed = 20;  // tensors named in one message
+
+// Length-prefixed little-endian fields; decoding checks every bound.
+class ByteWriter {
+ public:
+  void u32(uint32_t v) { raw(&v, sizeof v); }
+  void i64(int64_t v) { raw(&v, sizeof v); }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  std::vector<char> take() { return std::move(out_); }
+
+ private:
+  void raw(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    out_.insert(out_.end(), c, c + n);
+  }
+  std::vector<char> out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(const std::vector<char>& in) : in_(in) {}
+  uint32_t u32() { return fixed<uint32_t>(); }
+  int64_t i64() { return fixed<int64_t>(); }
+  std::string str() {
+    uint32_t n = u32();
+    need(n);
+    std::string s(in_.data() + pos_, n);
+    pos_ += n;
+    return s;
+  }
+  void done() const {
+    if (pos_ != in_.size()) throw Internal("malformed stall check message: trailing bytes");
+  }
+
+ private:
+  template <typename T>
+  T fixed() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  void need(size_t n) const {
+    if (in_.size() - pos_ < n) throw Internal("malformed stall check message: truncated");
+  }
+  const std::vector<char>& in_;
+  size_t pos_ = 0;
+};
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string secondsText(int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+struct Stall {
+  std::string name;
+  std::vector<int> submitted;
+  std::vector<int> missing;
+  int64_t ageMs = 0;
+};
+
+std::string describe(const std::vector<Stall>& stalls) {
+  std::string s;
+  for (size_t i = 0; i < stalls.size() && i < kMaxListed; ++i) {
+    const Stall& st = stalls[i];
+    s += (i ? "; " : "") + std::string("'") + st.name + "' missing on ranks " +
+         rankList(st.missing) + " (submitted by ranks " + rankList(st.submitted) + ", waiting " +
+         secondsText(st.ageMs) + ")";
+  }
+  if (stalls.size() > kMaxListed) {
+    s += "; and " + std::to_string(stalls.size() - kMaxListed) + " more";
+  }
+  return s;
+}
+
+}  // namespace
+
+StallInspector::StallInspector(const Config& config, const Identity& identity)
+    : checkTime_(config.stallCheckTime),
+      shutdownTime_(config.stallShutdownTime),
+      rank_(identity.rank),
+      lastCheck_(Clock::now()) {
+  std::chrono::milliseconds shortest{0};
+  for (auto t : {checkTime_, shutdownTime_}) {
+    if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+  }
+  if (shortest.count() > 0) {
+    // Checking four times per period bounds the detection delay to a
+    // quarter of it; a round is one small gather and broadcast.
+    period_ = std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(5),
+                                                    std::chrono::milliseconds(10000));
+  }
+}
+
+bool StallInspector::checkDue(Clock::time_point now) {
+  if (!enabled() || rank_ != 0 || now - lastCheck_ < period_) return false;
+  lastCheck_ = now;
+  return true;
+}
+
+StallReport StallInspector::runRound(comm::ControlChannel& channel,
+                                     const std::vector<PendingAge>& mine,
+                                     const std::vector<bool>& joined) {
+  auto gathered = channel.gatherv(encode(mine), 0);
+  std::vector<char> report;
+  if (rank_ == 0) {
+    std::vector<std::vector<PendingAge>> perRank;
+    perRank.reserve(gathered.size());
+    for (const auto& bytes : gathered) perRank.push_back(decodePending(bytes));
+    report = encode(analyze(perRank, joined));
+  }
+  channel.broadcast(report, 0);
+  return decodeReport(report);
+}
+
+StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& perRank,
+                                    const std::vector<bool>& joined) {
+  const int size = static_cast<int>(perRank.size());
+  std::map<std::string, std::vector<int64_t>> ages;  // name -> age per rank (-1: absent)
+  for (int r = 0; r < size; ++r) {
+    for (const auto& p : perRank[r]) {
+      auto& v = ages.try_emplace(p.name, std::vector<int64_t>(size, -1)).first->second;
+      v[r] = p.ageMs;
+    }
+  }
+  std::vector<Stall> warn, fail;
+  std::set<std::string> stalledNow;
+  for (const auto& [name, perRankAge] : ages) {
+    Stall st;
+    st.name = name;
+    for (int r = 0; r < size; ++r) {
+      if (perRankAge[r] >= 0) {
+        st.submitted.push_back(r);
+        st.ageMs = std::max(st.ageMs, perRankAge[r]);
+      } else if (r >= static_cast<int>(joined.size()) || !joined[r]) {
+        st.missing.push_back(r);
+      }
+    }
+    if (st.missing.empty()) continue;
+    if (checkTime_.count() > 0 && st.ageMs >= checkTime_.count()) {
+      stalledNow.insert(name);
+      if (warned_.insert(name).second) warn.push_back(st);
+    }
+    if (shutdownTime_.count() > 0 && st.ageMs >= shutdownTime_.count()) fail.push_back(st);
+  }
+  // A tensor that stopped stalling may be warned about again later.
+  for (auto it = warned_.begin(); it != warned_.end();) {
+    it = stalledNow.count(*it) ? std::next(it) : warned_.erase(it);
+  }
+  StallReport report;
+  if (!warn.empty()) {
+    report.warning = "stall: " + std::to_string(warn.size()) +
+                     " tensor(s) submitted by some ranks but not by others for more than " +
+                     secondsText(checkTime_.count()) +
+                     " (KOLO_STALL_CHECK_TIME): " + describe(warn) +
+                     ". Every rank must submit the same tensors under the same names; a "
+                     "missing rank may be hung, slower, or on a different code path.";
+  }
+  if (!fail.empty()) {
+    report.shutdown = true;
+    report.shutdownMessage = "stalled for more than " + secondsText(shutdownTime_.count()) +
+                             " (KOLO_STALL_SHUTDOWN_TIME), shutting down: " + describe(fail);
+  }
+  return report;
+}
+
+std::vector<char> StallInspector::encode(const std::vector<PendingAge>& pending) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(pending.size()));
+  for (const auto& p : pending) {
+    w.str(p.name);
+    w.i64(p.ageMs);
+  }
+  return w.take();
+}
+
+std::vector<PendingAge> StallInspector::decodePending(const std::vector<char>& bytes) {
+  ByteReader r(bytes);
+  uint32_t n = r.u32();
+  if (n > bytes.size()) throw Internal("malformed stall check message: bad count");
+  std::vector<PendingAge> out(n);
+  for (auto& p : out) {
+    p.name = r.str();
+    p.ageMs = r.i64();
+  }
+  r.done();
+  return out;
+}
+
+std::vector<char> StallInspector::encode(const StallReport& report) {
+  ByteWriter w;
+  w.u32(report.shutdown ? 1 : 0);
+  w.str(report.warning);
+  w.str(report.shutdownMessage);
+  return w.take();
+}
+
+StallReport StallInspector::decodeReport(const std::vector<char>& bytes) {
+  ByteReader r(bytes);
+  StallReport report;
+  report.shutdown = r.u32() != 0;
+  report.warning = r.str();
+  report.shutdownMessage = r.str();
+  r.done();
+  return report;
+}
+
+}  // namespace kolo

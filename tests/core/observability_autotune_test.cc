@@ -1,0 +1,149 @@
+// Autotuner: converges in a bounded number of settings to the best one (on
+// a synthetic throughput model and on a real workload where small fusion
+// thresholds are clearly worse), logs every sample, and every rank applies
+// identical tunables at identical cycles.
+#include <gtest/gtest.h>
+
+#include <spdlog/sinks/null_sink.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "autotune/autotuner.h"
+#include "core/ops_util.h"
+#include "harness/harness.h"
+
+namespace kolo::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<spdlog::logger> quietLogger() {
+  return std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+TEST(Autotuner, FindsTheBestGridPointOfASyntheticModelInBoundedSteps) {
+  Config config;
+  config.autotuneWarmupSamples = 1;
+  config.autotuneSamples = 3;
+  config.autotuneSampleTime = std::chrono::milliseconds(10);
+  Tunables initial{64 * 1024, std::chrono::microseconds(1000), true};
+  autotune::Autotuner tuner(config, initial, true, quietLogger());
+  // Throughput peaks at 4 MiB / 2 ms / cache on, smooth in log space.
+  auto rate = [](const Tunables& t) {
+    double x = std::log2(static_cast<double>(t.fusionThresholdBytes) / (4 << 20));
+    double y = std::log2(t.cycleTime.count() / 2000.0);
+    return 1e9 / (1 + 0.1 * x * x + 0.2 * y * y) * (t.cacheEnabled ? 1.0 : 0.7);
+  };
+  Tunables current = initial;
+  auto now = Clock::now();
+  double bytes = 0;
+  int decisions = 0;
+  for (int cycle = 0; cycle < 100000 && !tuner.done(); ++cycle) {
+    now += std::chrono::milliseconds(1);
+    bytes += rate(current) * 1e-3;
+    if (auto d = tuner.onCycle(now, static_cast<uint64_t>(bytes))) {
+      ++decisions;
+      current = d->tunables;
+      tuner.onApplied(*d, now, static_cast<uint64_t>(bytes));
+    }
+  }
+  ASSERT_TRUE(tuner.done());
+  EXPECT_EQ(current, (Tunables{4 << 20, std::chrono::microseconds(2000), true}));
+  // Bounded: every threshold, every cycle time, the cache flipped, the final choice.
+  EXPECT_LE(decisions, static_cast<int>(autotune::Autotuner::thresholdGrid().size() +
+                                        autotune::Autotuner::cycleGrid().size() + 2));
+  // Done means done: no more decisions however long it runs.
+  for (int cycle = 0; cycle < 1000; ++cycle) {
+    now += std::chrono::milliseconds(1);
+    bytes += 1e6;
+    EXPECT_FALSE(tuner.onCycle(now, static_cast<uint64_t>(bytes)).has_value());
+  }
+}
+
+TEST(Autotuner, DecisionWireFormatIsChecked) {
+  autotune::Decision d{{12345, std::chrono::microseconds(2500), false}, true};
+  auto bytes = autotune::encode(d);
+  auto back = autotune::decodeDecision(bytes);
+  EXPECT_EQ(back.tunables, d.tunables);
+  EXPECT_TRUE(back.final);
+  bytes.pop_back();
+  EXPECT_THROW(autotune::decodeDecision(bytes), Internal);
+}
+
+TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRank) {
+  const std::string csv = (std::filesystem::temp_directory_path() /
+                           ("kolo_autotune_" + std::to_string(::getpid()) + ".csv"))
+                              .string();
+  Config config = testConfig();
+  config.autotune = true;
+  config.autotuneLogPath = csv;
+  config.autotuneWarmupSamples = 1;
+  config.autotuneSamples = 3;
+  config.autotuneSampleTime = std::chrono::milliseconds(40);
+  config.fusionThresholdBytes = 16 * 1024;  // one tensor per backend call: clearly bad
+  const int size = 2;
+  std::vector<TuningState> finalState(size);
+  std::vector<int> steps(size);
+  spawn(
+      size,
+      [&](int rank, Engine& engine) {
+        std::vector<std::vector<float>> bufs(64, std::vector<float>(4096, 1.0f));
+        auto start = Clock::now();
+        while (true) {
+          std::vector<Handle> handles;
+          for (size_t k = 0; k < bufs.size(); ++k) {
+            handles.push_back(
+                engine.enqueue(makeRequest("grad." + std::to_string(k), OpType::kAllreduce,
+                                           DataType::kFloat32, {4096}),
+                               Entry{bufs[k].data(), bufs[k].data(), {}, {}}));
+          }
+          for (auto& h : handles) h.wait();
+          ++steps[rank];
+          // Stop together: once every rank saw the tuner converge (or on timeout).
+          int32_t go = engine.tuning().converged || Clock::now() - start > std::chrono::seconds(60);
+          engine
+              .enqueue(
+                  makeRequest("stop", OpType::kAllreduce, DataType::kInt32, {1}, ReduceOp::kMin),
+                  Entry{&go, &go, {}, {}})
+              .wait();
+          if (go) break;
+        }
+        engine.barrier().wait();
+        finalState[rank] = engine.tuning();
+      },
+      config, std::chrono::seconds(120));
+
+  const TuningState& t0 = finalState[0];
+  EXPECT_TRUE(t0.converged);
+  ASSERT_FALSE(t0.history.empty());
+  for (int r = 1; r < size; ++r) {
+    ASSERT_EQ(finalState[r].history.size(), t0.history.size()) << "rank " << r;
+    for (size_t i = 0; i < t0.history.size(); ++i) {
+      EXPECT_EQ(finalState[r].history[i].cycle, t0.history[i].cycle) << "change " << i;
+      EXPECT_EQ(finalState[r].history[i].tunables, t0.history[i].tunables) << "change " << i;
+    }
+    EXPECT_EQ(finalState[r].current, t0.current);
+  }
+  // 64 x 16 KiB = 1 MiB per step: at least 16 tensors per call is the good region.
+  EXPECT_GE(t0.current.fusionThresholdBytes, 256 * 1024)
+      << "chose " << t0.current.fusionThresholdBytes << " B";
+  EXPECT_LE(t0.history.size(), autotune::Autotuner::thresholdGrid().size() +
+                                   autotune::Autotuner::cycleGrid().size() + 2);
+
+  std::ifstream in(csv);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  EXPECT_EQ(text.rfind("row,time_s,fusion_threshold_bytes,cycle_time_ms,cache_enabled,kind,", 0),
+            0u);
+  EXPECT_NE(text.find(",sample,"), std::string::npos);
+  EXPECT_NE(text.find(",warmup,"), std::string::npos);
+  EXPECT_NE(text.find(",chosen,"), std::string::npos);
+  std::filesystem::remove(csv);
+}
+
+}  // namespace
+}  // namespace kolo::test

@@ -1,0 +1,150 @@
+// The batched copy kernel: mixed sizes (0, 1, odd, multi-chunk), unaligned
+// fusion offsets, every dtype, scale / divide / fill, against the CPU
+// arithmetic of core/src/reduce.cc. Needs a GPU.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/cuda/check.h"
+#include "comm/cuda/device_set.h"
+#include "comm/test_values.h"
+#include "gpu_test_util.h"
+#include "reduce.h"
+
+namespace kolo::test {
+namespace {
+
+using comm::cuda::CopyDesc;
+using comm::cuda::CopyTransform;
+
+const std::vector<uint64_t> kMixedCounts = {1, 0, 7, 16384, 16385, 3, 100000, 2, 65536 + 5, 0, 31};
+
+// Packs kMixedCounts tensors densely into one buffer (so most offsets are
+// unaligned) with transform, unpacks them with another, and compares both
+// steps with the CPU.
+void packUnpackRoundTrip(DataType dtype, const CopyTransform& pack, const CopyTransform& unpack,
+                         bool withFill) {
+  const size_t es = elementSize(dtype);
+  comm::cuda::DeviceSet devices;
+  comm::cuda::DeviceContext& ctx = devices.at(0);
+  uint64_t total = 0;
+  for (uint64_t c : kMixedCounts) total += c;
+
+  std::mt19937 rng(7);
+  std::vector<TypedBuffer> inputs;
+  std::vector<std::unique_ptr<DeviceBytes>> devIn, devOut;
+  std::vector<CopyDesc> packDescs, unpackDescs;
+  DeviceBytes fused(total * es);
+  std::vector<char> expectFused(total * es);
+  uint64_t offset = 0;
+  for (size_t t = 0; t < kMixedCounts.size(); ++t) {
+    const uint64_t n = kMixedCounts[t];
+    inputs.emplace_back(dtype, n);
+    for (size_t i = 0; i < n; ++i) inputs.back().set(i, dataValue(dtype, rng() % 1000));
+    devIn.push_back(std::make_unique<DeviceBytes>(inputs.back().data(), n * es));
+    devOut.push_back(std::make_unique<DeviceBytes>(n * es));
+    char* slot = static_cast<char*>(fused.get()) + offset * es;
+    const bool fill = withFill && t % 3 == 2;
+    packDescs.push_back(CopyDesc{fill ? nullptr : devIn.back()->get(), slot, n});
+    unpackDescs.push_back(CopyDesc{slot, devOut.back()->get(), n});
+    char* expect = expectFused.data() + offset * es;
+    if (fill) {
+      for (size_t i = 0; i < n; ++i) std::memcpy(expect + i * es, &pack.fillBits, es);
+    } else if (n > 0) {
+      std::memcpy(expect, inputs.back().data(), n * es);
+      if (pack.kind == CopyTransform::Kind::kScale) scaleElements(expect, n, dtype, pack.scale);
+      if (pack.kind == CopyTransform::Kind::kDivide) divideElements(expect, n, dtype, pack.divisor);
+    }
+    offset += n;
+  }
+  ctx.batchedCopy(packDescs, dtype, pack);
+  ctx.synchronize();
+  EXPECT_EQ(fused.download(), expectFused) << "pack " << toString(dtype);
+
+  ctx.batchedCopy(unpackDescs, dtype, unpack);
+  ctx.synchronize();
+  offset = 0;
+  for (size_t t = 0; t < kMixedCounts.size(); ++t) {
+    const uint64_t n = kMixedCounts[t];
+    std::vector<char> expect(expectFused.begin() + offset * es,
+                             expectFused.begin() + (offset + n) * es);
+    if (n > 0 && unpack.kind == CopyTransform::Kind::kScale) {
+      scaleElements(expect.data(), n, dtype, unpack.scale);
+    }
+    if (n > 0 && unpack.kind == CopyTransform::Kind::kDivide) {
+      divideElements(expect.data(), n, dtype, unpack.divisor);
+    }
+    EXPECT_EQ(devOut[t]->download(), expect) << "unpack " << toString(dtype) << " tensor " << t;
+    offset += n;
+  }
+}
+
+TEST(GpuBatchedCopy, PlainCopyEveryDtype) {
+  KOLO_REQUIRE_GPU();
+  for (DataType dtype : kAllDataTypes) {
+    packUnpackRoundTrip(dtype, CopyTransform{}, CopyTransform{}, false);
+  }
+}
+
+TEST(GpuBatchedCopy, ScaleFloatingTypes) {
+  KOLO_REQUIRE_GPU();
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                         DataType::kBFloat16}) {
+    for (double scale : {0.5, 0.125, 3.0, 1.0 / 3.0}) {
+      packUnpackRoundTrip(dtype, comm::cuda::makeTransform(dtype, scale),
+                          comm::cuda::makeTransform(dtype, 1.0 / scale), false);
+    }
+  }
+}
+
+TEST(GpuBatchedCopy, DivideIntegerTypes) {
+  KOLO_REQUIRE_GPU();
+  for (DataType dtype : {DataType::kInt32, DataType::kInt64, DataType::kInt8, DataType::kUInt8}) {
+    packUnpackRoundTrip(dtype, CopyTransform{}, comm::cuda::makeTransform(dtype, 1.0, 3), false);
+  }
+}
+
+TEST(GpuBatchedCopy, NullSourceFillsNeutralUnscaled) {
+  KOLO_REQUIRE_GPU();
+  for (DataType dtype : kAllDataTypes) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      CopyTransform pack =
+          comm::cuda::makeTransform(dtype, isFloatingPoint(dtype) ? 0.5 : 1.0);
+      pack.fillBits = comm::cuda::neutralBits(dtype, op);
+      packUnpackRoundTrip(dtype, pack, CopyTransform{}, true);
+    }
+  }
+}
+
+TEST(GpuBatchedCopy, InPlaceScale) {
+  KOLO_REQUIRE_GPU();
+  comm::cuda::DeviceSet devices;
+  std::vector<float> host(100003);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 97);
+  DeviceBytes d(host.data(), host.size() * sizeof(float));
+  // Start one element in, so the vector body needs a peeled head.
+  devices.at(0).batchedCopy({CopyDesc{static_cast<float*>(d.get()) + 1,
+                                      static_cast<float*>(d.get()) + 1, host.size() - 1}},
+                            DataType::kFloat32, comm::cuda::makeTransform(DataType::kFloat32, 2.0));
+  devices.at(0).synchronize();
+  std::vector<float> got(host.size());
+  d.download(got.data());
+  EXPECT_EQ(got[0], host[0]);
+  for (size_t i = 1; i < host.size(); ++i) ASSERT_EQ(got[i], host[i] * 2.0f) << i;
+}
+
+TEST(GpuBuffers, FusionBufferIsReusedAndGrowsRarely) {
+  KOLO_REQUIRE_GPU();
+  comm::cuda::DeviceSet devices;
+  auto& ctx = devices.at(0);
+  void* a = ctx.fusion(1000);
+  EXPECT_EQ(ctx.fusion(500), a);
+  EXPECT_EQ(ctx.fusion(1 << 20), a);  // within the first 1 MiB grain
+  EXPECT_EQ(comm::cuda::deviceOf(a), 0);
+  EXPECT_EQ(comm::cuda::deviceOf(ctx.staging(10)), -1);  // pinned host memory
+}
+
+}  // namespace
+}  // namespace kolo::test
