@@ -26,12 +26,6 @@ Identity identityFor(int rank, int n) {
 
 }  // namespace
 
-Config commConfig() {
-  Config config = testConfig();
-  config.timeout = std::chrono::seconds(30);
-  return config;
-}
-
 void runWithArgs(int n, const std::function<void(int rank, const comm::BackendArgs&)>& fn,
                  const Config& config) {
   auto store = makeHashStore();
@@ -59,43 +53,6 @@ void runWithArgs(int n, const std::function<void(int rank, const comm::BackendAr
     if (!rootCause.empty()) throw std::runtime_error(rootCause);
     throw;
   }
-}
-
-void runCollectives(const CommBackend& backend, int n,
-                    const std::function<void(int rank, comm::Collectives&)>& fn,
-                    const Config& config) {
-  runWithArgs(
-      n,
-      [&](int rank, const comm::BackendArgs& args) {
-        auto collectives = backend.createCollectives(args);
-        fn(rank, *collectives);
-      },
-      config);
-}
-
-void runControl(const CommBackend& backend, int n,
-                const std::function<void(int rank, comm::ControlChannel&)>& fn,
-                const Config& config) {
-  runWithArgs(
-      n,
-      [&](int rank, const comm::BackendArgs& args) {
-        auto control = backend.createControlChannel(args);
-        if (control->rank() != rank || control->size() != n) {
-          throw std::runtime_error("control channel reports rank " +
-                                   std::to_string(control->rank()) + " of " +
-                                   std::to_string(control->size()));
-        }
-        fn(rank, *control);
-      },
-      config);
-}
-
-std::string commTestName(const ::testing::TestParamInfo<std::tuple<CommBackend, int>>& info) {
-  return std::to_string(std::get<1>(info.param)) + "ranks";
-}
-
-std::string commFailureTestName(const ::testing::TestParamInfo<CommBackend>& info) {
-  return info.param.name;  // one instance per backend
 }
 
 }  // namespace kolo::test
