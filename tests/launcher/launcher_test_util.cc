@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+
+#include <regex>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -174,6 +176,21 @@ std::vector<std::string> splitLines(const std::string& text) {
 std::string uniqueToken(const std::string& name) {
   static std::atomic<int> counter{0};
   return "kolotok-" + name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+std::map<int, std::map<std::string, std::string>> envByRank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> env;
+  std::regex line(R"(^\[(\d+)\]<stdout>:([A-Z_]+)=(.*)$)");
+  for (const auto& l : splitLines(out)) {
+    std::smatch m;
+    if (std::regex_match(l, m, line)) env[std::stoi(m[1])][m[2]] = m[3];
+  }
+  return env;
+}
+
+std::string lastLine(const std::string& text) {
+  auto lines = splitLines(text);
+  return lines.empty() ? "" : lines.back();
 }
 
 }  // namespace kolo::launcher::testing

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,5 +71,11 @@ std::vector<std::string> splitLines(const std::string& text);
 
 // A token unique to this test run, to tag processes.
 std::string uniqueToken(const std::string& name);
+
+// rank -> (NAME -> VALUE) from the probe's "[R]<stdout>:NAME=VALUE" lines.
+std::map<int, std::map<std::string, std::string>> envByRank(const std::string& out);
+
+// The last line of text ("" when empty).
+std::string lastLine(const std::string& text);
 
 }  // namespace kolo::launcher::testing

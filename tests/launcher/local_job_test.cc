@@ -29,22 +29,6 @@ std::vector<std::string> withProbe(std::vector<std::string> kolorunArgs,
   return kolorunArgs;
 }
 
-// rank -> (NAME -> VALUE) from "[R]<stdout>:NAME=VALUE" lines.
-std::map<int, std::map<std::string, std::string>> envByRank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> env;
-  std::regex line(R"(^\[(\d+)\]<stdout>:([A-Z_]+)=(.*)$)");
-  for (const auto& l : splitLines(out)) {
-    std::smatch m;
-    if (std::regex_match(l, m, line)) env[std::stoi(m[1])][m[2]] = m[3];
-  }
-  return env;
-}
-
-std::string lastLine(const std::string& text) {
-  auto lines = splitLines(text);
-  return lines.empty() ? "" : lines.back();
-}
-
 class LocalJob : public ::testing::TestWithParam<int> {};
 
 TEST_P(LocalJob, EveryRankGetsItsIdentityAndTheJobsRendezvous) {

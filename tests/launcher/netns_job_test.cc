@@ -18,16 +18,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::map<int, std::map<std::string, std::string>> envByRank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> env;
-  std::regex line(R"(^\[(\d+)\]<stdout>:([A-Z_]+)=(.*)$)");
-  for (const auto& l : splitLines(out)) {
-    std::smatch m;
-    if (std::regex_match(l, m, line)) env[std::stoi(m[1])][m[2]] = m[3];
-  }
-  return env;
-}
-
 class NetnsJob : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -26,21 +26,6 @@ std::vector<std::string> remoteJob(const std::string& hosts, std::vector<std::st
   return args;
 }
 
-std::map<int, std::map<std::string, std::string>> envByRank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> env;
-  std::regex line(R"(^\[(\d+)\]<stdout>:([A-Z_]+)=(.*)$)");
-  for (const auto& l : splitLines(out)) {
-    std::smatch m;
-    if (std::regex_match(l, m, line)) env[std::stoi(m[1])][m[2]] = m[3];
-  }
-  return env;
-}
-
-std::string lastLine(const std::string& text) {
-  auto lines = splitLines(text);
-  return lines.empty() ? "" : lines.back();
-}
-
 TEST(RemoteJob, RanksGetTheirIdentityThroughTheRemoteShellsStdin) {
   auto r = runKolorun(remoteJob("hostA:2,hostB:2", {"-x", "KOLO_TEST_EXTRA=yes"}, {"env", "exchange"}));
   ASSERT_EQ(r.exitCode, 0) << r.err;
