@@ -15,15 +15,6 @@ comm::BackendArgs argsFor(const Config& config, const Identity& identity,
   return comm::BackendArgs{config, identity, store, "127.0.0.1"};
 }
 
-Identity identityFor(int rank, int n) {
-  Identity id;
-  id.rank = rank;
-  id.size = n;
-  id.localRank = rank;
-  id.localSize = n;
-  return id;
-}
-
 }  // namespace
 
 void runWithArgs(int n, const std::function<void(int rank, const comm::BackendArgs&)>& fn,
@@ -35,7 +26,7 @@ void runWithArgs(int n, const std::function<void(int rank, const comm::BackendAr
   std::string rootCause;
   try {
     runRanks(n, [&](int rank) {
-      const Identity id = identityFor(rank, n);
+      const Identity id = localIdentity(rank, n);
       try {
         fn(rank, argsFor(config, id, store));
       } catch (const Error& e) {

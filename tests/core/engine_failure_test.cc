@@ -11,21 +11,12 @@
 namespace kolo::test {
 namespace {
 
-Identity idOf(int rank, int size) {
-  Identity id;
-  id.rank = rank;
-  id.size = size;
-  id.localRank = rank;
-  id.localSize = size;
-  return id;
-}
-
 TEST(Failure, ARankThatThrowsFailsEveryOtherRankWithItsMessage) {
   auto store = makeHashStore();
   const int size = 3;
   std::vector<std::string> errors(size);
   runRanks(size, [&](int rank) {
-    Engine engine(testConfig(), idOf(rank, size), store);
+    Engine engine(testConfig(), localIdentity(rank, size), store);
     if (rank == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       engine.abort("CUDA out of memory (simulated)");
@@ -53,7 +44,7 @@ TEST(Failure, ARankThatThrowsFailsEveryOtherRankWithItsMessage) {
 TEST(Failure, ShutdownOfOneRankFailsPendingOpsElsewhereNamingIt) {
   auto store = makeHashStore();
   runRanks(2, [&](int rank) {
-    Engine engine(testConfig(), idOf(rank, 2), store);
+    Engine engine(testConfig(), localIdentity(rank, 2), store);
     if (rank == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       engine.shutdown();
@@ -96,12 +87,12 @@ TEST(Failure, AbortWithoutAMessageStillNamesTheRank) {
   std::string error;
   runRanks(2, [&](int rank) {
     if (rank == 1) {
-      auto engine = std::make_unique<Engine>(config, idOf(1, 2), store);
+      auto engine = std::make_unique<Engine>(config, localIdentity(1, 2), store);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       engine->abort("");
       return;
     }
-    Engine engine(config, idOf(0, 2), store);
+    Engine engine(config, localIdentity(0, 2), store);
     std::vector<float> v(4, 1.0f);
     Handle h = engine.enqueue(makeRequest("lost", OpType::kAllreduce, DataType::kFloat32, {4}),
                               Entry{v.data(), v.data(), {}, {}});

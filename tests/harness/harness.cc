@@ -22,6 +22,15 @@ Config testConfig() {
   return config;
 }
 
+Identity localIdentity(int rank, int size) {
+  Identity id;
+  id.rank = rank;
+  id.size = size;
+  id.localRank = rank;
+  id.localSize = size;
+  return id;
+}
+
 void runRanks(int n, const std::function<void(int rank)>& fn,
               std::chrono::seconds limit) {
   std::mutex mu;
@@ -74,12 +83,7 @@ void spawn(int n, const std::function<void(int rank, Engine& engine)>& fn,
   runRanks(
       n,
       [&](int rank) {
-        Identity id;
-        id.rank = rank;
-        id.size = n;
-        id.localRank = rank;
-        id.localSize = n;
-        Engine engine(config, id, store);
+        Engine engine(config, localIdentity(rank, n), store);
         try {
           fn(rank, engine);
         } catch (const std::exception& e) {

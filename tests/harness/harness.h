@@ -17,6 +17,9 @@ namespace kolo::test {
 // Config for tests: short timeouts so failures surface in seconds.
 Config testConfig();
 
+// Rank `rank` of `size` ranks, all on one host.
+Identity localIdentity(int rank, int size);
+
 // Runs fn(rank) on n threads and waits for all of them. Re-throws the first
 // failure as std::runtime_error("rank R: what"). If the threads do not all
 // finish within limit, prints which ranks are stuck and aborts the process
