@@ -127,9 +127,15 @@ TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRa
     }
     EXPECT_EQ(finalState[r].current, t0.current);
   }
-  // 64 x 16 KiB = 1 MiB per step: at least 16 tensors per call is the good region.
+  // 64 x 16 KiB = 1 MiB per step: at least 16 tensors per call is the good
+  // region. Under ThreadSanitizer the engine's threads run many times slower
+  // than the rest and 40 ms samples hold a step or two, so which setting
+  // measures best there is noise: the choice is checked in normal builds
+  // (the convergence and agreement checks above run everywhere).
+#if !defined(__SANITIZE_THREAD__)
   EXPECT_GE(t0.current.fusionThresholdBytes, 256 * 1024)
       << "chose " << t0.current.fusionThresholdBytes << " B";
+#endif
   EXPECT_LE(t0.history.size(), autotune::Autotuner::thresholdGrid().size() +
                                    autotune::Autotuner::cycleGrid().size() + 2);
 
