@@ -38,6 +38,10 @@ std::vector<Response> fuseResponses(std::vector<Response> responses,
       continue;
     }
     const int64_t bytes = r.totalElements() * static_cast<int64_t>(elementSize(r.dtype));
+    if (bytes >= kUnfusedTensorBytes) {  // alone and in place; the open buffer stays open
+      out.push_back(std::move(r));
+      continue;
+    }
     FusionKey key = keyOf(r);
     auto it = open.find(key);
     if (it != open.end()) {

@@ -41,7 +41,7 @@ TEST(GlooBackend, MissingPeerIsTimeout) {
     comm::gloo::createControlChannel(args);
     FAIL() << "connected without a peer";
   } catch (const Timeout& e) {
-    EXPECT_NE(std::string(e.what()).find("gloo connect"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("control connect"), std::string::npos) << e.what();
   }
 }
 

@@ -27,6 +27,20 @@ TEST(FuseResponses, MergesCompatibleUpToThreshold) {
   EXPECT_EQ(fuseResponses(in, 0).size(), 5u);
 }
 
+TEST(FuseResponses, LargeTensorsStayAloneAndDoNotCloseTheOpenBuffer) {
+  const int64_t big = kUnfusedTensorBytes / 4;  // float32 elements
+  std::vector<Response> in = {allreduce("a", 10), allreduce("big", big), allreduce("b", 10),
+                              allreduce("bigger", 2 * big)};
+  auto out = fuseResponses(in, 64 * kUnfusedTensorBytes);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(out[1].names, (std::vector<std::string>{"big"}));
+  EXPECT_EQ(out[2].names, (std::vector<std::string>{"bigger"}));
+  // Just below the limit still fuses.
+  in = {allreduce("c", big - 1), allreduce("d", 10)};
+  EXPECT_EQ(fuseResponses(in, 64 * kUnfusedTensorBytes).size(), 1u);
+}
+
 TEST(ResponseCache, LruEvictionAndChangeDetection) {
   ResponseCache cache(2);
   int evicted = 0;

@@ -3,6 +3,7 @@
 // documented; start/stop/restart at run time.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -131,14 +132,30 @@ TEST(Timeline, FileCutOffMidRunIsAnArrayMissingOnlyItsBracket) {
   fs::path dir = freshDir("midrun");
   Config config = testConfig();
   config.timelinePath = (dir / "t.json").string();
+  std::atomic<bool> checked{false};
   spawn(
       2,
       [&](int rank, Engine& engine) {
         runSteps(engine, rank, "", 2);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // writer flushes every 20 ms
+        if (rank == 1) {
+          // Shutting down would end rank 0's run (and close its file) too.
+          for (int i = 0; i < 1000 && !checked.load(); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+        }
         if (rank == 0) {
-          // What a crash now would leave behind.
-          std::string text = readFile(config.timelinePath);
+          // What a crash now would leave behind, once the writer (flushing
+          // every 20 ms) has caught up; a loaded machine may take longer.
+          std::string text;
+          for (int i = 0; i < 500; ++i) {
+            text = readFile(config.timelinePath);
+            if (text.size() >= 2 && text.substr(text.size() - 2) == ",\n" &&
+                spansByTensor(json::parse(text.substr(0, text.size() - 2) + "]"))["single"] ==
+                    repeat(kSingleSpans, 2)) {
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
           ASSERT_GE(text.size(), 4u);
           EXPECT_EQ(text.substr(0, 2), "[\n");
           EXPECT_EQ(text.substr(text.size() - 2), ",\n");
@@ -146,6 +163,7 @@ TEST(Timeline, FileCutOffMidRunIsAnArrayMissingOnlyItsBracket) {
           // The documented repair: drop the last ",\n", append "]".
           auto spans = spansByTensor(json::parse(text.substr(0, text.size() - 2) + "]"));
           EXPECT_EQ(spans["single"], repeat(kSingleSpans, 2));
+          checked = true;
         }
       },
       config);

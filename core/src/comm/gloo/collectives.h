@@ -1,5 +1,10 @@
 // The CPU data plane over gloo: gloo's ring algorithms for allreduce,
 // allgatherv, broadcast and alltoallv; a ring reduce-scatter of kolo's own.
+// Small allreduces (what every rank sends, (n-1) x bytes, up to
+// kMeshAllreduceBytes) skip gloo: each rank sends its buffer to every other
+// over kolo's TCP mesh (comm/tcp/mesh.h) and reduces the n buffers in rank
+// order, so every rank gets bitwise the same result in one round trip
+// instead of gloo's 2(n-1) steps, each handed through its event thread.
 // Buffers are handed to gloo typed by their storage (float16/bfloat16 as
 // uint16_t, bool as uint8_t) so segments split on element boundaries, and
 // reductions call kolo::reduceElements.
@@ -14,12 +19,17 @@
 
 #include "comm/collectives.h"
 #include "comm/gloo/context.h"
+#include "comm/tcp/mesh.h"
 
 namespace kolo::comm::gloo {
 
+// Largest (n-1) x bytes an allreduce sends over the mesh instead of gloo.
+constexpr size_t kMeshAllreduceBytes = 256 * 1024;
+
 class Collectives final : public comm::Collectives {
  public:
-  explicit Collectives(std::unique_ptr<Context> context);
+  // mesh may be null (every allreduce then goes through gloo).
+  Collectives(std::unique_ptr<Context> context, std::unique_ptr<tcp::Mesh> mesh);
 
   const char* name() const override { return "gloo"; }
 
@@ -36,9 +46,13 @@ class Collectives final : public comm::Collectives {
   // Ring reduce-scatter for size > 1 and a non-empty total; see .cc.
   void ringReduceScatter(const char* in, char* out, const std::vector<size_t>& counts,
                          DataType dtype, ReduceOp op, uint32_t tag);
+  void meshAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Context> context_;
+  std::unique_ptr<tcp::Mesh> mesh_;
+  // The other ranks' buffers of a mesh allreduce, by rank (own slot unused).
+  std::vector<char> meshScratch_;
   // Reduce-scatter working memory, grown on demand and reused across calls.
   std::vector<char> scratch_;
 };

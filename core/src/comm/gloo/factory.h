@@ -1,7 +1,8 @@
 // The only way the engine reaches the gloo backend.
 //
 // Each call connects its own full mesh through args.store (keys under
-// "control/" and "data/" respectively), so every rank must make the same
+// "control/" for the control channel, which is kolo's TCP mesh, and "data/"
+// plus "data-mesh/" for the collectives), so every rank must make the same
 // calls in the same order. Blocks until all args.identity.size ranks are
 // connected; throws Timeout after args.config.timeout. Size 1 needs no peers.
 #pragma once

@@ -1,0 +1,50 @@
+// The controller's channel over kolo's own TCP mesh (comm/tcp/mesh.h): the
+// per-cycle bit allreduce, gathers to the coordinator and its broadcasts, on
+// the engine's loop thread with no helper threads. Used with the gloo
+// backend (gloo's own collectives hand every message through its event
+// thread, which made a negotiation cycle cost a millisecond or more on small
+// machines); the MPI backend keeps its MPI control channel.
+//
+// Threading: as comm::ControlChannel (one calling thread, same order on every
+// rank). Destroying it closes its connections so peers blocked in a call fail
+// with PeerFailure.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/backend_args.h"
+#include "comm/control_channel.h"
+#include "comm/tcp/mesh.h"
+
+namespace kolo::comm::tcp {
+
+class ControlChannel final : public comm::ControlChannel {
+ public:
+  explicit ControlChannel(std::unique_ptr<Mesh> mesh);
+
+  int rank() const override { return mesh_->rank(); }
+  int size() const override { return mesh_->size(); }
+
+  // Dissemination: ceil(log2 n) rounds; in round k each rank sends what it
+  // has to rank + 2^k and combines what rank - 2^k sent. AND and OR are
+  // idempotent, so a rank seen twice does no harm.
+  void allreduceAnd(std::vector<uint64_t>& bits) override;
+  void allreduceOr(std::vector<uint64_t>& bits) override;
+  // Straight to the root and straight from it (payloads are small).
+  std::vector<std::vector<char>> gatherv(const std::vector<char>& mine, int root) override;
+  void broadcast(std::vector<char>& bytes, int root) override;
+  void barrier() override;
+
+ private:
+  void allreduceBits(std::vector<uint64_t>& bits, bool isAnd, const char* what);
+  void checkRoot(int root, const char* what) const;
+
+  std::unique_ptr<Mesh> mesh_;
+  std::vector<uint64_t> incoming_;
+};
+
+// Connects the mesh (store keys under "control/").
+std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& args);
+
+}  // namespace kolo::comm::tcp
