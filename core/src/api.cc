@@ -1,7 +1,10 @@
 // The process-level default engine behind kolo::init(). This is the one
 // piece of process-wide state in kolo, kept here on purpose: the Engine
 // itself has none, and tests construct engines directly.
+#include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <exception>
 #include <mutex>
 
 #include "kolo/kolo.h"
@@ -19,6 +22,39 @@ struct DefaultEngine {
 DefaultEngine& state() {
   static DefaultEngine s;
   return s;
+}
+
+// The default engine while it lives, for the terminate handler (which must
+// not take state().mu: terminate may run while it is held).
+std::atomic<Engine*> liveEngine{nullptr};
+std::terminate_handler previousTerminate = nullptr;
+
+// A rank that dies of an uncaught exception (say, thrown from a gradient
+// hook and out of backward()) tells the other ranks why before the previous
+// handler (normally abort) runs; otherwise they would only see a lost
+// connection and name the rank without the reason.
+[[noreturn]] void abortPeersThenTerminate() {
+  static std::atomic<bool> once{false};
+  Engine* engine = liveEngine.load();
+  if (engine != nullptr && !once.exchange(true)) {
+    std::string why = "terminated (std::terminate called)";
+    if (std::exception_ptr error = std::current_exception()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        why = std::string("uncaught exception: ") + e.what();
+      } catch (...) {
+        why = "uncaught exception of a type not derived from std::exception";
+      }
+    }
+    try {
+      engine->abort(why);
+    } catch (...) {
+      // Terminating anyway; peers then see the lost connection.
+    }
+  }
+  if (previousTerminate != nullptr) previousTerminate();
+  std::abort();
 }
 
 std::shared_ptr<Store> connectStore(const LaunchInfo& info, const Config& config,
@@ -51,12 +87,19 @@ void init() {
   auto store = connectStore(info, config, server);
   s.engine = std::make_unique<Engine>(config, info.identity, store);
   s.server = std::move(server);
+  liveEngine = s.engine.get();
+  std::terminate_handler installed = std::get_terminate();
+  if (installed != abortPeersThenTerminate) {
+    previousTerminate = installed;
+    std::set_terminate(abortPeersThenTerminate);
+  }
 }
 
 void shutdown() {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.engine) return;
+  liveEngine = nullptr;
   s.engine->shutdown();
   s.engine.reset();
   s.server.reset();

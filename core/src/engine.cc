@@ -58,6 +58,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
   executor = std::make_unique<Executor>(
       identity, comm::createCollectives(config.cpuOperations, dataArgs), loopStats);
   executor->setTimeline(timeline.get());
+  publishPresence(*store, identity.rank);
   log->debug("engine up: rank {}/{}, controller {}, cpu operations {}", identity.rank,
              identity.size, config.controller, config.cpuOperations);
   thread = std::thread([this] { loopOnLoop(); });
@@ -168,6 +169,9 @@ void Engine::abort(const std::string& message) {
   }
   publishAbort(*impl_->store, impl_->identity.rank, message);
   impl_->abortRequested = true;
+  // From the loop thread itself (a completion callback): it stops after
+  // this cycle; joining here would wait for ourselves.
+  if (std::this_thread::get_id() == impl_->loopThreadId.load()) return;
   impl_->stopAndJoin();
 }
 

@@ -44,7 +44,7 @@ struct Engine::Impl {
   void executeOnLoop(const Response& r, bool fromCache);
   void completeOnLoop(PendingOp& op, const Status& status);
   void failAllOnLoop(const Status& status);
-  void revertEvictedOnLoop(int bit);
+  void revertEvictedOnLoop(const std::vector<int>& bits);
   bool cacheOnLoop() const { return cache.enabled() && tunables.cacheEnabled; }
   void applyTunedOnLoop(const autotune::Decision& d);
   // Runs the stall check round; true when it ended the job.
@@ -73,6 +73,7 @@ struct Engine::Impl {
   std::optional<autotune::Decision> proposal;           // rank 0: not yet applied
   std::unique_ptr<timeline::Timeline> timeline;         // loop thread; null: off
   std::vector<int> invalidBits;                         // loop thread
+  std::vector<int> evictedThisCycle;                    // loop thread
   std::vector<bool> joined;                             // loop thread
   std::thread thread;
 

@@ -60,7 +60,7 @@ void Engine::Impl::cyclesOnLoop() {
         return;
       }
       if (out.tuned) applyTunedOnLoop(*out.tuned);
-      for (int bit : out.evictedBits) revertEvictedOnLoop(bit);
+      revertEvictedOnLoop(out.evictedBits);
       if (timeline) {
         traceNegotiatedOnLoop(out.cached);
         traceNegotiatedOnLoop(out.uncached);
@@ -70,6 +70,9 @@ void Engine::Impl::cyclesOnLoop() {
       }
       for (const auto& r : out.cached) executeOnLoop(r, true);
       for (const auto& r : out.uncached) executeOnLoop(r, false);
+      // Pending tensors whose cache entries were just replaced negotiate again.
+      revertEvictedOnLoop(evictedThisCycle);
+      evictedThisCycle.clear();
       if (out.stallCheck && stallRoundOnLoop()) return;
       if (tuner) {
         if (auto d = tuner->onCycle(std::chrono::steady_clock::now(), loopStats.bytesReduced)) {
@@ -132,14 +135,40 @@ void Engine::Impl::admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in) {
   in.joined = joined[identity.rank];
 }
 
-void Engine::Impl::revertEvictedOnLoop(int bit) {
+void Engine::Impl::revertEvictedOnLoop(const std::vector<int>& bits) {
+  if (bits.empty()) return;
+  std::vector<bool> evicted(static_cast<size_t>(cache.capacity()), false);
+  for (int bit : bits) evicted[bit] = true;
   for (auto& [name, op] : pending) {
-    if (op.state == PendingOp::State::kCached && op.bit == bit) {
+    if (op.state == PendingOp::State::kCached && evicted[op.bit]) {
       op.state = PendingOp::State::kNew;
       op.bit = -1;
     }
   }
 }
+
+namespace {
+
+// Tensor i of a (possibly fused) response, as the cache keeps it. Copies
+// only that tensor's name and shape: copying the whole response per tensor
+// made negotiating n fused tensors cost O(n^2).
+Response singleResponse(const Response& r, size_t i) {
+  Response single;
+  single.kind = r.kind;
+  single.op = r.op;
+  single.dtype = r.dtype;
+  single.device = r.device;
+  single.reduceOp = r.reduceOp;
+  single.prescale = r.prescale;
+  single.postscale = r.postscale;
+  single.root = r.root;
+  single.names = {r.names[i]};
+  single.shapes = {r.shapes[i]};
+  if (r.names.size() == 1) single.rankDims = r.rankDims;
+  return single;
+}
+
+}  // namespace
 
 void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
   switch (r.kind) {
@@ -191,12 +220,9 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
         int bit = cache.bitOf(r.names[i]);
         if (bit >= 0) cache.touch(bit);
       } else {
-        Response single = r;
-        single.names = {r.names[i]};
-        single.shapes = {r.shapes[i]};
         int evicted = -1;
-        cache.put(single, &evicted);
-        if (evicted >= 0) revertEvictedOnLoop(evicted);
+        cache.put(singleResponse(r, i), &evicted);
+        if (evicted >= 0) evictedThisCycle.push_back(evicted);
       }
     }
     if (ops[i] != nullptr) completeOnLoop(*ops[i], Status::Ok());

@@ -8,6 +8,7 @@ namespace {
 
 std::string abortKey(int rank) { return "abort/" + std::to_string(rank); }
 std::string aliveKey(int rank) { return "alive-after-failure/" + std::to_string(rank); }
+std::string presenceKey(int rank) { return "present/" + std::to_string(rank); }
 
 std::string joinRanks(const std::vector<int>& ranks) {
   std::string s;
@@ -16,6 +17,8 @@ std::string joinRanks(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+void publishPresence(Store& store, int rank) { store.set(presenceKey(rank), {'1'}); }
 
 void publishAbort(Store& store, int rank, const std::string& message) {
   try {
@@ -46,13 +49,21 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
   const std::string cause = error.what();
   if (identity.size == 1) return Status{ErrorCode::kPeerFailure, cause};
   std::vector<int> missing;
+  std::vector<int> unknown;  // never shared the store with us
   std::string messages;
   try {
     store.set(aliveKey(identity.rank), {'1'});
-    auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5));
+    const auto* kolo = dynamic_cast<const Error*>(&error);
+    const bool closed = kolo != nullptr && kolo->code() == ErrorCode::kPeerFailure;
+    auto limit = std::min<std::chrono::milliseconds>(
+        timeout, closed ? std::chrono::seconds(2) : std::chrono::seconds(5));
     auto deadline = std::chrono::steady_clock::now() + limit;
     for (int r = 0; r < identity.size; ++r) {
       if (r == identity.rank) continue;
+      if (!store.check(presenceKey(r))) {
+        unknown.push_back(r);
+        continue;
+      }
       bool alive = false;
       bool aborted = false;
       while (true) {
@@ -75,6 +86,11 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
                       std::string(e.what()) + "); first error: " + cause};
   }
   if (!messages.empty()) return Status{ErrorCode::kPeerFailure, messages};
+  if (missing.empty() && static_cast<int>(unknown.size()) == identity.size - 1) {
+    return Status{ErrorCode::kPeerFailure,
+                  cause + " (which rank failed cannot be told: the ranks share no rendezvous "
+                          "store; under mpirun set MASTER_ADDR and MASTER_PORT to get it named)"};
+  }
   if (!missing.empty()) {
     return Status{ErrorCode::kPeerFailure,
                   std::string(missing.size() == 1 ? "rank " : "ranks ") + joinRanks(missing) +

@@ -19,9 +19,18 @@ void publishAbort(Store& store, int rank, const std::string& message);
 // The status pending operations fail with after a coordinated stop.
 Status stopStatus(const StopInfo& info, int myRank);
 
+// Marks this rank as reachable through store (every engine does this once
+// its backends are up), so diagnoseFailure knows which peers share the store:
+// under plain mpirun each process has a private store and no peer can be
+// named through it.
+void publishPresence(Store& store, int rank);
+
 // After the backend threw: finds out through the store which ranks are
-// still alive (bounded by min(timeout, 5 s)) and which left a message, and
-// builds a PeerFailure naming them. Never throws.
+// still alive and which left a message, and builds a PeerFailure naming
+// them. A survivor waits for the others to say they are alive for up to
+// min(timeout, 2 s) after a closed connection (a peer that is alive notices
+// our failure within a cycle) and min(timeout, 5 s) after a timeout. Peers
+// that never shared the store are not named. Never throws.
 Status diagnoseFailure(const std::exception& error, Store& store, const Identity& identity,
                        std::chrono::milliseconds timeout);
 

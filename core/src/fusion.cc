@@ -31,7 +31,11 @@ std::vector<Response> fuseResponses(std::vector<Response> responses,
   if (thresholdBytes <= 0 || responses.size() < 2) return responses;
   std::vector<Response> out;
   out.reserve(responses.size());
-  std::map<FusionKey, size_t> open;  // key -> index in out still accepting
+  struct Open {
+    size_t index;   // in out
+    int64_t bytes;  // fused so far
+  };
+  std::map<FusionKey, Open> open;  // per key, the response still accepting
   for (auto& r : responses) {
     if (!fusible(r)) {
       out.push_back(std::move(r));
@@ -45,17 +49,17 @@ std::vector<Response> fuseResponses(std::vector<Response> responses,
     FusionKey key = keyOf(r);
     auto it = open.find(key);
     if (it != open.end()) {
-      Response& f = out[it->second];
-      const int64_t have = f.totalElements() * static_cast<int64_t>(elementSize(f.dtype));
-      if (have + bytes <= thresholdBytes) {
+      if (it->second.bytes + bytes <= thresholdBytes) {
+        Response& f = out[it->second.index];
         for (auto& n : r.names) f.names.push_back(std::move(n));
         for (auto& s : r.shapes) f.shapes.push_back(std::move(s));
+        it->second.bytes += bytes;
         continue;
       }
       open.erase(it);
     }
     out.push_back(std::move(r));
-    if (bytes < thresholdBytes) open[key] = out.size() - 1;
+    if (bytes < thresholdBytes) open[key] = Open{out.size() - 1, bytes};
   }
   return out;
 }

@@ -1,11 +1,16 @@
 #include "response_cache.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "kolo/error.h"
 
 namespace kolo {
 
 ResponseCache::ResponseCache(int capacity)
-    : capacity_(capacity), slots_(static_cast<size_t>(capacity > 0 ? capacity : 0)) {}
+    : capacity_(capacity), slots_(static_cast<size_t>(capacity > 0 ? capacity : 0)) {
+  for (int bit = capacity_ - 1; bit >= 0; --bit) free_.push_back(bit);
+}
 
 bool ResponseCache::cacheable(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kBroadcast ||
@@ -37,37 +42,53 @@ int ResponseCache::put(const Response& response, int* evicted) {
   int bit = -1;
   if (it != byName_.end()) {
     bit = it->second;  // re-negotiated under the same name: replace in place
-  } else {
-    for (int i = 0; i < capacity_; ++i) {
-      if (!slots_[i].used) {
-        bit = i;
-        break;
-      }
-    }
-    if (bit < 0) {  // full: evict the least recently used
-      bit = 0;
-      for (int i = 1; i < capacity_; ++i) {
-        if (slots_[i].lastUse < slots_[bit].lastUse) bit = i;
-      }
-      byName_.erase(slots_[bit].response.names[0]);
-      *evicted = bit;
-    }
+    unlink(bit);
+  } else if (!free_.empty()) {
+    bit = free_.back();
+    free_.pop_back();
+  } else {  // full: evict the least recently used
+    bit = oldest_;
+    unlink(bit);
+    byName_.erase(slots_[bit].response.names[0]);
+    *evicted = bit;
   }
   Slot& s = slots_[bit];
   s.response = response;
   s.used = true;
-  s.lastUse = ++clock_;
+  linkAsNewest(bit);
   byName_[name] = bit;
   return bit;
 }
 
-void ResponseCache::touch(int bit) { slots_.at(bit).lastUse = ++clock_; }
+void ResponseCache::touch(int bit) {
+  if (!slots_.at(bit).used || bit == newest_) return;
+  unlink(bit);
+  linkAsNewest(bit);
+}
 
 void ResponseCache::erase(int bit) {
   Slot& s = slots_.at(bit);
   if (!s.used) return;
   byName_.erase(s.response.names[0]);
+  unlink(bit);
   s = Slot{};
+  // Keep "lowest free bit first", as every rank must pick the same one.
+  free_.insert(std::upper_bound(free_.begin(), free_.end(), bit, std::greater<int>()), bit);
+}
+
+void ResponseCache::unlink(int bit) {
+  Slot& s = slots_[bit];
+  (s.prev >= 0 ? slots_[s.prev].next : oldest_) = s.next;
+  (s.next >= 0 ? slots_[s.next].prev : newest_) = s.prev;
+  s.prev = s.next = -1;
+}
+
+void ResponseCache::linkAsNewest(int bit) {
+  Slot& s = slots_[bit];
+  s.prev = newest_;
+  s.next = -1;
+  (newest_ >= 0 ? slots_[newest_].next : oldest_) = bit;
+  newest_ = bit;
 }
 
 int ResponseCache::bitOf(const std::string& name) const {

@@ -47,15 +47,22 @@ class ResponseCache {
   static bool cacheable(OpType op);
 
  private:
+  // Slots form a doubly linked list in use order (head: least recently
+  // used), so touch, put and eviction are O(1) with thousands of tensors.
   struct Slot {
     Response response;
-    uint64_t lastUse = 0;
+    int prev = -1;
+    int next = -1;
     bool used = false;
   };
+  void unlink(int bit);
+  void linkAsNewest(int bit);
 
   int capacity_;
-  uint64_t clock_ = 0;
   std::vector<Slot> slots_;
+  std::vector<int> free_;  // unused bits; the lowest is taken first
+  int oldest_ = -1;
+  int newest_ = -1;
   std::unordered_map<std::string, int> byName_;
 };
 

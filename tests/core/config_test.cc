@@ -20,7 +20,7 @@ TEST(Config, DefaultsMatchTheDocumentation) {
   Config c = Config::fromEnv(envOf({}));
   EXPECT_EQ(c.fusionThresholdBytes, 128LL << 20);
   EXPECT_EQ(c.cycleTime, std::chrono::milliseconds(1));
-  EXPECT_EQ(c.cacheCapacity, 1024);
+  EXPECT_EQ(c.cacheCapacity, 4096);
   EXPECT_EQ(c.timeout, std::chrono::seconds(60));
   EXPECT_EQ(c.stallCheckTime, std::chrono::seconds(60));
   EXPECT_EQ(c.stallShutdownTime, std::chrono::seconds(0));

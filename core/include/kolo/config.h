@@ -26,7 +26,7 @@ struct Config {
   // KOLO_CYCLE_TIME: milliseconds between coordination cycles when idle.
   std::chrono::microseconds cycleTime{1000};
   // KOLO_CACHE_CAPACITY: response cache entries; 0 disables the cache.
-  int cacheCapacity = 1024;
+  int cacheCapacity = 4096;
   // KOLO_TIMEOUT: seconds before a silent peer is declared failed.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   // KOLO_STALL_CHECK_TIME: seconds before a stall warning; 0 disables.

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "comm/mpi/runtime.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::mpi {
@@ -113,6 +114,7 @@ void Context::wait(MPI_Request& req, const char* what) {
 }
 
 void Context::fail(const std::string& message, bool isTimeout) {
+  noteFailure();
   failed_ = true;
   failedByTimeout_ = isTimeout;
   failure_ = message;

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <string>
 
 #include <mpi.h>
@@ -16,6 +18,7 @@ struct State {
   std::mutex mu;
   bool ownsMpi = false;      // kolo called MPI_Init_thread
   bool atexitRegistered = false;
+  bool failed = false;       // an MPI operation failed (noteFailure)
   int users = 0;             // live RuntimeUse objects
   int threadLevel = MPI_THREAD_SINGLE;
 };
@@ -40,6 +43,16 @@ void finalizeAtExit() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.ownsMpi || !mpiActive()) return;
+  if (s.failed) {
+    std::fprintf(stderr,
+                 "kolo: an MPI operation failed earlier (see the error above); a stopped or "
+                 "hung peer would keep MPI_Finalize waiting forever, so the MPI job is aborted\n");
+    // The other survivors time out at about the same moment; give them a
+    // second to report their own errors before the abort ends their processes.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return;
+  }
   if (s.users > 0) {
     std::fprintf(stderr,
                  "kolo: %d MPI user(s) still alive at exit (kolo::shutdown() not "
@@ -51,6 +64,12 @@ void finalizeAtExit() {
 }
 
 }  // namespace
+
+void noteFailure() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.failed = true;
+}
 
 bool mpiActive() {
   int initialized = 0, finalized = 0;

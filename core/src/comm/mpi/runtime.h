@@ -11,7 +11,8 @@
 //   no RuntimeUse is alive. kolo never finalises earlier: MPI cannot be
 //   initialised again, and a later kolo::init() must still work.
 //   If an engine is still alive at exit (kolo::shutdown() not called), the
-//   handler leaves MPI alone and says so on stderr.
+//   handler leaves MPI alone and says so on stderr. After a failed MPI
+//   operation it calls MPI_Abort instead of MPI_Finalize (see noteFailure).
 //
 // Threading: any thread. MPI calls made by users of the runtime must be
 // serialised by them (kolo: one engine's background thread at a time).
@@ -36,5 +37,11 @@ class RuntimeUse {
 
 // True while MPI is initialised and not yet finalised.
 bool mpiActive();
+
+// Records that an MPI operation failed or timed out. A peer that is stopped
+// or hung would then keep MPI_Finalize waiting forever, so at exit kolo
+// calls MPI_Abort instead (only when kolo initialised MPI; an application
+// that owns MPI should call MPI_Abort itself after a kolo error).
+void noteFailure();
 
 }  // namespace kolo::comm::mpi

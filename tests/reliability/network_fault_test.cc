@@ -1,0 +1,293 @@
+// Network faults under kolorun: two network-namespace "hosts" on a bridge
+// (scripts/netns-hosts.sh, started through scripts/netns-rsh.sh), ranks 0
+// and 1 on the first, rank 2 on the second, training fault_worker.cc with
+// allreduce-heavy steps and KOLO_TIMEOUT=5, while the test
+//   - takes the second host's link down: both survivors fail within the
+//     bound naming rank 2, kolorun exits non-zero, nothing is left;
+//   - takes it down for 1 s only (shorter than KOLO_TIMEOUT): TCP
+//     retransmits, training finishes with identical parameters everywhere;
+//   - delays it by 20 ms, drops 5% of its packets (tc netem) or limits it to
+//     50 Mbit/s (tc tbf): training finishes with identical parameters.
+// Root only; each test skips naming what is missing (root, `ip`, `tc`, the
+// kernel's sch_netem). Only the private test subnet 10.77.NET.0/24 inside
+// namespaces this test creates is used.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "fault_test_util.h"
+
+namespace kolo::reliability {
+namespace {
+
+using launcher::testing::kolorunPath;
+using launcher::testing::lastLine;
+using launcher::testing::Running;
+using launcher::testing::RunResult;
+using launcher::testing::sourceDir;
+using launcher::testing::uniqueToken;
+using launcher::testing::waitForNoProcessesWith;
+using std::chrono::seconds;
+
+constexpr int kTimeoutSeconds = 5;  // KOLO_TIMEOUT
+// Fault -> survivor error: KOLO_TIMEOUT without progress, then up to
+// min(KOLO_TIMEOUT, 5 s) asking the store which ranks are alive, + slack.
+constexpr int64_t kDetectBoundMs =
+    int64_t{kTimeoutSeconds + std::min(kTimeoutSeconds, 5) + 3} * 1000;
+constexpr int kWidth = 256;  // about 300 KB of gradients per step
+constexpr int kSteps = 60;   // training cases
+constexpr auto kSoftLimit = seconds(40);
+constexpr auto kHardLimit = seconds(55);
+
+// Prefixes are "kf<pid>h": namespaces kf<pid>h1, kf<pid>h2, bridge
+// kf<pid>hbr, veths kf<pid>hv1/2 (at most 15 characters with 7-digit
+// pids). The launcher tests use "kl..." and third octets 20-219; these use
+// 220-249.
+std::string prefixOf(pid_t pid) { return "kf" + std::to_string(pid) + "h"; }
+
+bool run(const std::string& command) { return std::system(command.c_str()) == 0; }
+
+// Output of command (stderr included), "" on failure to start.
+std::string capture(const std::string& command) {
+  std::string out;
+  if (FILE* p = popen((command + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+class NetworkFault : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "needs root (CAP_NET_ADMIN) to create network namespaces; the network "
+                      "fault tests did not run";
+    }
+    if (!run("command -v ip >/dev/null 2>&1")) {
+      GTEST_SKIP() << "`ip` (Debian package iproute2) is missing; the network fault tests did "
+                      "not run";
+    }
+    rlimit none{0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    script_ = std::string(sourceDir()) + "/scripts/netns-hosts.sh";
+    removeLeftovers();
+    prefix_ = prefixOf(getpid());
+    for (int k = 0; k < 30; ++k) {
+      net_ = std::to_string(220 + (getpid() + k) % 30);
+      if (!run("ip -o -4 addr show | grep -q ' 10\\.77\\." + net_ + "\\.'")) break;
+    }
+    if (!run(script_ + " up " + prefix_ + " 2 " + net_ + " >/dev/null 2>&1")) {
+      down();
+      GTEST_SKIP() << "cannot create network namespaces here (" << script_
+                   << " up failed); the network fault tests did not run";
+    }
+    created_ = true;
+    ASSERT_FALSE(scratch_.path().empty()) << "mkdtemp failed";
+    marker_ = uniqueToken("netfault");
+  }
+  void TearDown() override {
+    if (!marker_.empty()) killProcessesWith(marker_);
+    if (created_) down();
+  }
+
+  // Namespaces of earlier runs whose test process is gone (killed by a
+  // timeout, say): the same scheme, another pid.
+  void removeLeftovers() {
+    static const std::regex name(R"(^kf(\d+)h(\d+|br|v\d+)$)");
+    std::set<pid_t> stale;
+    for (const auto& line :
+         launcher::testing::splitLines(capture("ip netns list; ip -o link show"))) {
+      std::string word = line;
+      if (auto colon = line.find(": "); colon != std::string::npos && isdigit(line[0])) {
+        word = line.substr(colon + 2);  // "7: kf123hbr: <...>"
+        word = word.substr(0, word.find_first_of(":@"));
+      }
+      word = word.substr(0, word.find(' '));
+      std::smatch m;
+      if (!std::regex_match(word, m, name)) continue;
+      pid_t pid = std::stoi(m[1]);
+      if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) stale.insert(pid);
+    }
+    for (pid_t pid : stale) {
+      run(script_ + " down " + prefixOf(pid) + " >/dev/null 2>&1");
+      for (int i : {1, 2})
+        run("ip link del " + prefixOf(pid) + "v" + std::to_string(i) + " >/dev/null 2>&1");
+    }
+  }
+  // Also deletes the bridge-side veths: a namespace whose sockets still
+  // retransmit over a link that was down outlives `ip netns del` (the kernel
+  // frees it once they time out), and so does its veth pair.
+  void down() {
+    run(script_ + " down " + prefix_ + " >/dev/null 2>&1");
+    for (int i : {1, 2})
+      run("ip link del " + prefix_ + "v" + std::to_string(i) + " >/dev/null 2>&1");
+  }
+
+  std::string addr(int host) const { return "10.77." + net_ + "." + std::to_string(host); }
+  // The second host's link, on the bridge side (in this namespace).
+  std::string veth() const { return prefix_ + "v2"; }
+
+  // tc QDISC on veth(), or skip naming why not.
+  void addQdisc(const std::string& qdisc, const std::string& why) {
+    if (!run("command -v tc >/dev/null 2>&1")) {
+      GTEST_SKIP() << "`tc` (Debian package iproute2) is missing; " << why << " did not run";
+    }
+    std::string said = capture("tc qdisc add dev " + veth() + " root " + qdisc);
+    if (said.find("Specified qdisc kind is unknown") != std::string::npos) {
+      GTEST_SKIP() << "this kernel has no '" << qdisc.substr(0, qdisc.find(' '))
+                   << "' queueing discipline (for netem: CONFIG_NET_SCH_NETEM / module "
+                      "sch_netem); "
+                   << why << " did not run";
+    }
+    ASSERT_TRUE(run("tc qdisc show dev " + veth() + " | grep -q '" +
+                    qdisc.substr(0, qdisc.find(' ')) + "'"))
+        << "tc qdisc add dev " << veth() << " root " << qdisc << ": " << said;
+  }
+
+  std::vector<std::string> kolorunArgs(const std::vector<std::string>& workerArgs) const {
+    std::vector<std::string> argv = {kolorunPath(),
+                                     "-H",
+                                     addr(2) + ":2," + addr(3) + ":1",
+                                     "--rsh",
+                                     std::string(sourceDir()) + "/scripts/netns-rsh.sh",
+                                     "--timeout-seconds",
+                                     std::to_string(kTimeoutSeconds),
+                                     "--grace-seconds",
+                                     "3",
+                                     faultWorkerPath(),
+                                     "--width",
+                                     std::to_string(kWidth),
+                                     "--print-every",
+                                     "10",
+                                     "--max-seconds",
+                                     "45",
+                                     "--marker",
+                                     marker_};
+    argv.insert(argv.end(), workerArgs.begin(), workerArgs.end());
+    return argv;
+  }
+
+  // Training that must succeed: exit 0 and every rank printed the same
+  // parameter checksum. fault(), if given, runs once rank 2 reached step 10.
+  void expectTrainingSucceeds(const std::string& what, const std::function<void()>& fault = {}) {
+    Watchdog dog(what, kSoftLimit, kHardLimit, marker_);
+    Running job(kolorunArgs({"--steps", std::to_string(kSteps)}));
+    dog.watch(job.pid());
+    const auto start = std::chrono::steady_clock::now();
+    if (fault) {
+      ASSERT_TRUE(job.waitForOutput("[2]<stdout>:STEP rank=2 step=10", seconds(30))) << job.out();
+      fault();
+    }
+    RunResult r = job.wait(kHardLimit - seconds(5));
+    dog.stop();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string all = r.out + r.err;
+    EXPECT_FALSE(dog.terminated())
+        << what << ": still running after " << kSoftLimit.count() << " s; sent SIGTERM\n"
+        << all;
+    EXPECT_EQ(r.exitCode, 0) << all;
+    auto sums = checksumsIn(r.out);
+    ASSERT_EQ(sums.size(), 3u) << "not every rank finished\n" << all;
+    EXPECT_EQ(sums[0], sums[1]) << all;
+    EXPECT_EQ(sums[0], sums[2]) << all;
+    const int kb = ((32 + 1) * kWidth + (kWidth + 1) * kWidth + (kWidth + 1) * 8) * 4 / 1000;
+    std::printf(
+        "[net] %s: %d steps of %d KB gradients on 3 ranks, %.1f s from start to exit; "
+        "checksums %s %s %s\n",
+        what.c_str(), kSteps, kb, took, sums[0].c_str(), sums[1].c_str(), sums[2].c_str());
+    EXPECT_TRUE(waitForNoProcessesWith(marker_, seconds(10)).empty()) << all;
+  }
+
+  std::string script_, prefix_, net_, marker_;
+  bool created_ = false;
+  ScratchDir scratch_;
+};
+
+TEST_F(NetworkFault, LinkDownFailsEverySurvivorNamingTheUnreachableRank) {
+  const std::string faultFile = scratch_.path() + "/fault-time";
+  Watchdog dog("link down", kSoftLimit, kHardLimit, marker_);
+  Running job(kolorunArgs({"--fault-time-file", faultFile}));
+  dog.watch(job.pid());
+  ASSERT_TRUE(job.waitForOutput("[2]<stdout>:STEP rank=2 step=10", seconds(30))) << job.out();
+  writeFaultTime(faultFile, realtimeMs());
+  ASSERT_TRUE(run("ip link set " + veth() + " down"));
+  RunResult r = job.wait(kHardLimit - seconds(5));
+  const int64_t exitAfterMs = realtimeMs() - readFaultTime(faultFile);
+  dog.stop();
+  const std::string all = r.out + r.err;
+
+  EXPECT_FALSE(dog.terminated()) << "still running after " << kSoftLimit.count()
+                                 << " s; sent SIGTERM\n"
+                                 << all;
+  EXPECT_NE(r.exitCode, 0) << all;
+  EXPECT_EQ(lastLine(r.err).rfind("kolorun: rank ", 0), 0u) << all;
+  // kolorun exits once the survivors have; rank 2, cut off, is stopped
+  // through its remote shell (SIGTERM, grace, SIGKILL).
+  EXPECT_LE(exitAfterMs, kDetectBoundMs + 3000 + 10000) << all;
+  auto survivors = survivorsIn(r.out);
+  long long worst = -1;
+  for (int rank : {0, 1}) {
+    auto it = survivors.find(rank);
+    if (it == survivors.end()) {
+      ADD_FAILURE() << "rank " << rank << " printed no SURVIVOR line\n" << all;
+      continue;
+    }
+    EXPECT_NE(it->second.error.find("rank 2"), std::string::npos)
+        << "rank " << rank << "'s error does not name rank 2: " << it->second.error;
+    EXPECT_GE(it->second.detectedMs, 0);
+    EXPECT_LE(it->second.detectedMs, kDetectBoundMs) << it->second.error;
+    worst = std::max(worst, it->second.detectedMs);
+  }
+  std::printf(
+      "[detect] gloo link-down np=3 (rank 2's host): survivors max %lld ms; kolorun exit "
+      "%lld ms after the fault (code %d)\n",
+      worst, static_cast<long long>(exitAfterMs), r.exitCode);
+  for (const auto& [rank, s] : survivors) {
+    std::printf("[detect]   rank %d (%lld ms): %s\n", rank, s.detectedMs, s.error.c_str());
+  }
+  std::printf("[detect]   %s\n", lastLine(r.err).c_str());
+  auto left = waitForNoProcessesWith(marker_, seconds(10));
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) left behind\n" << all;
+}
+
+TEST_F(NetworkFault, LinkDownForOneSecondIsRiddenOut) {
+  expectTrainingSucceeds("link down for 1 s", [this] {
+    ASSERT_TRUE(run("ip link set " + veth() + " down"));
+    std::this_thread::sleep_for(seconds(1));
+    ASSERT_TRUE(run("ip link set " + veth() + " up"));
+  });
+}
+
+TEST_F(NetworkFault, Delay20msStillTrainsCorrectly) {
+  addQdisc("netem delay 20ms", "the 20 ms delay case");
+  if (IsSkipped() || HasFatalFailure()) return;
+  expectTrainingSucceeds("netem delay 20ms");
+}
+
+TEST_F(NetworkFault, Loss5PercentStillTrainsCorrectly) {
+  addQdisc("netem loss 5%", "the 5% loss case");
+  if (IsSkipped() || HasFatalFailure()) return;
+  expectTrainingSucceeds("netem loss 5%");
+}
+
+TEST_F(NetworkFault, SlowLinkStillTrainsCorrectly) {
+  addQdisc("tbf rate 50mbit burst 64kb latency 100ms", "the 50 Mbit/s case");
+  if (IsSkipped() || HasFatalFailure()) return;
+  expectTrainingSucceeds("tbf rate 50mbit");
+}
+
+}  // namespace
+}  // namespace kolo::reliability
