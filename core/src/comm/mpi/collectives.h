@@ -6,8 +6,10 @@
 // Large allreduces are split into pieces of at most chunkBytes: OpenMPI
 // 4.1's allreduce allocates its temporaries per call, and above a few MB
 // those are fresh mmaps (page faults on every call), which makes one 64 MB
-// allreduce several times slower than sixteen 4 MB ones. See README-section.md
-// for the measurements.
+// allreduce several times slower than sixteen 4 MB ones. Its non-blocking
+// allreduce (libnbc) is fastest with pieces of 0.5-2 MiB: 64 MB, 2 ranks,
+// busbw 3.1-3.8 GB/s at 1 MiB vs 1.8-2.1 at 4 MiB (README, "Running under
+// MPI", has the measurements).
 //
 // Threading: as comm::Collectives (one calling thread, same order on every
 // rank).
@@ -24,7 +26,7 @@
 namespace kolo::comm::mpi {
 
 // Default allreduce piece size.
-constexpr size_t kAllreduceChunkBytes = size_t(4) << 20;
+constexpr size_t kAllreduceChunkBytes = size_t(1) << 20;
 
 class Collectives final : public comm::Collectives {
  public:
