@@ -1,10 +1,13 @@
 // The CPU data plane over gloo: gloo's ring algorithms for allreduce,
 // allgatherv, broadcast and alltoallv; a ring reduce-scatter of kolo's own.
-// Small allreduces (what every rank sends, (n-1) x bytes, up to
+// Allreduces up to a size (what every rank sends, (n-1) x bytes, up to
 // kMeshAllreduceBytes) skip gloo: each rank sends its buffer to every other
 // over kolo's TCP mesh (comm/tcp/mesh.h) and reduces the n buffers in rank
 // order, so every rank gets bitwise the same result in one round trip
 // instead of gloo's 2(n-1) steps, each handed through its event thread.
+// Measured here, 2 ranks: 4 bytes 60-100 us vs gloo's ~100 us (milliseconds
+// under load); 2 MiB 1.7 ms vs 5.7 ms; 8 MiB about even; above that gloo's
+// ring, which sends each byte once whatever n, takes over.
 // Buffers are handed to gloo typed by their storage (float16/bfloat16 as
 // uint16_t, bool as uint8_t) so segments split on element boundaries, and
 // reductions call kolo::reduceElements.
@@ -24,7 +27,7 @@
 namespace kolo::comm::gloo {
 
 // Largest (n-1) x bytes an allreduce sends over the mesh instead of gloo.
-constexpr size_t kMeshAllreduceBytes = 256 * 1024;
+constexpr size_t kMeshAllreduceBytes = size_t(8) << 20;
 
 class Collectives final : public comm::Collectives {
  public:
