@@ -1,188 +1,195 @@
-// Allreduce bus bandwidth and latency, 4 KiB .. 128 MiB of float32 sum,
-// through raw MPI_Allreduce (one call, and in 4 MiB pieces as kolo's mpi
-// backend does), kolo on MPI (KOLO_CONTROLLER/CPU_OPERATIONS=mpi) and kolo
-// on Gloo, measured in one run. Run under mpirun:
+// Allreduce bus bandwidth and latency, 4 B .. 256 MiB of float32 sum, two
+// processes: raw MPI_Allreduce (one call, and in 1 MiB pieces as kolo's mpi
+// backend does), raw Gloo (gloo::allreduce on the tcp transport), kolo on MPI
+// and kolo on Gloo, with the machine's memcpy bandwidth per size as the
+// ceiling, all in one run. Run under mpirun (benchmarks/run.sh sweep does):
 //
-//   mpirun --allow-run-as-root --bind-to none -np 2 \
-//       build/mpi/benchmarks/bench_allreduce_sweep [--csv out.csv] [--max-mb 128]
+//   mpirun --allow-run-as-root --bind-to none -np 2 build/bench/benchmarks/bench_allreduce_sweep
+//       [--csv out.csv] [--trials 3]
+//       [--min-bytes 4] [--max-bytes 268435456] [--seconds 0.25] [--max-iters 1000]
+//       [--methods memcpy,mpi,mpi-1MiB-pieces,gloo,kolo-mpi,kolo-gloo]
+//
+// Each trial runs every method over all sizes; methods take turns (the order
+// rotates per trial) and the table reports, per size, the median over trials
+// of the mean time per call on rank 0. Calls per size: as many as fit in
+// --seconds by the last warm-up call's time (agreed between the ranks),
+// between 3 and --max-iters, so slow paths and large sizes take few calls.
 //
 // busbw = bytes / time * 2(n-1)/n (the traffic per rank of a ring
-// allreduce, so numbers compare across world sizes). Latency is the mean
-// time per call on rank 0 after warm-up. The kolo-on-Gloo engine rendezvous
-// through a TCP store that rank 0 serves; its port and a random secret are
-// broadcast over MPI (never on a command line).
-#include <mpi.h>
-#include <unistd.h>
+// allreduce, so numbers compare across world sizes). memcpy: every rank
+// copies size bytes between two of its buffers at the same time; its column
+// is bytes / time.
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <functional>
-#include <memory>
-#include <random>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "kolo/engine.h"
-#include "kolo/tcp_store.h"
+#include "allreducers.h"
+#include "common.h"
+#include "mpi_job.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr size_t kChunkBytes = size_t(4) << 20;
+using kolo::bench::Clock;
+using kolo::bench::secondsSince;
 
-struct Column {
-  std::string name;
-  std::vector<double> seconds;  // per size: mean seconds per allreduce
+struct Options {
+  std::string csv;
+  size_t minBytes = 4;
+  size_t maxBytes = size_t(256) << 20;
+  int trials = 3;
+  double seconds = 0.25;
+  int maxIters = 1000;
+  std::vector<std::string> methods{"memcpy", "mpi",      "mpi-1MiB-pieces",
+                                   "gloo",   "kolo-mpi", "kolo-gloo"};
 };
 
-int iterationsFor(size_t bytes) {
-  // About 256 MiB of traffic per size, between 5 and 200 calls.
-  return static_cast<int>(std::clamp<size_t>((size_t(256) << 20) / bytes, 5, 200));
+// Mean seconds per memcpy of each size (every rank copies at once).
+std::vector<double> timeMemcpy(const std::vector<size_t>& sizes, kolo::bench::MpiJob& job,
+                               const float* src, float* dst) {
+  std::vector<double> out;
+  for (size_t bytes : sizes) {
+    // About 1 GiB per size: the same count on every rank, no agreement needed.
+    const int iters = static_cast<int>(std::clamp<size_t>((size_t(1) << 30) / bytes, 3, 100000));
+    std::memcpy(dst, src, bytes);
+    job.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      std::memcpy(dst, src, bytes);
+      asm volatile("" : : "r"(dst) : "memory");  // keep every copy
+    }
+    out.push_back(secondsSince(start) / iters);
+    job.barrier();
+  }
+  return out;
 }
 
-// Times fn (one allreduce) after warm-up; barrier(): all ranks line up.
-double timeIt(size_t bytes, const std::function<void()>& fn,
-              const std::function<void()>& barrier) {
-  for (int i = 0; i < 2; ++i) fn();
-  const int iters = iterationsFor(bytes);
-  barrier();
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  barrier();
-  return std::chrono::duration<double>(Clock::now() - start).count() / iters;
-}
-
-void rawMpi(const std::vector<size_t>& sizes, std::vector<float>& buf, bool chunked,
-            Column& col) {
+// Mean seconds per allreduce of each size through one method.
+std::vector<double> timeAllreduce(const Options& opt, const std::vector<size_t>& sizes,
+                                  kolo::bench::Allreducer& ar, int worldSize, float* buf) {
+  std::vector<double> out;
   for (size_t bytes : sizes) {
     const size_t count = bytes / sizeof(float);
-    col.seconds.push_back(timeIt(
-        bytes,
-        [&] {
-          const size_t piece = chunked ? kChunkBytes / sizeof(float) : count;
-          for (size_t done = 0; done < count; done += piece) {
-            MPI_Allreduce(MPI_IN_PLACE, buf.data() + done,
-                          static_cast<int>(std::min(piece, count - done)), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD);
-          }
-        },
-        [] { MPI_Barrier(MPI_COMM_WORLD); }));
+    const std::vector<kolo::bench::Tensor> one{
+        {"sweep." + std::to_string(bytes), {static_cast<int64_t>(count)}, buf, count}};
+    if (bytes < (size_t(64) << 20)) ar.allreduce(one);  // warm-up
+    const auto warm = Clock::now();
+    ar.allreduce(one);
+    const int iters =
+        kolo::bench::agreeOnCalls(ar, worldSize, secondsSince(warm), opt.seconds, 3, opt.maxIters);
+    ar.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) ar.allreduce(one);
+    ar.barrier();
+    out.push_back(secondsSince(start) / iters);
   }
+  return out;
 }
 
-void koloEngine(const std::vector<size_t>& sizes, std::vector<float>& buf, kolo::Engine& engine,
-                Column& col) {
-  for (size_t bytes : sizes) {
-    const size_t count = bytes / sizeof(float);
-    kolo::Request q;
-    q.name = "sweep." + std::to_string(bytes);
-    q.dtype = kolo::DataType::kFloat32;
-    q.shape = {static_cast<int64_t>(count)};
-    col.seconds.push_back(timeIt(
-        bytes, [&] { engine.enqueue(q, kolo::Entry{buf.data(), buf.data(), {}, {}}).wait(); },
-        [&] { engine.barrier().wait(); }));
+int run(kolo::bench::MpiJob& job, int argc, char** argv) {
+  Options opt;
+  CLI::App app{"allreduce bandwidth sweep (run under mpirun)"};
+  app.add_option("--csv", opt.csv, "write per-size medians here (rank 0)");
+  app.add_option("--min-bytes", opt.minBytes, "smallest size (bytes, a multiple of 4)");
+  app.add_option("--max-bytes", opt.maxBytes, "largest size (bytes)");
+  app.add_option("--trials", opt.trials, "alternating trials per method")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seconds", opt.seconds, "timed seconds per size, method and trial (about)");
+  app.add_option("--max-iters", opt.maxIters, "most calls per size and trial");
+  app.add_option("--methods", opt.methods, "comma-separated methods")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<size_t> sizes;
+  for (size_t b = std::max<size_t>(opt.minBytes, 4); b <= opt.maxBytes; b *= 4) sizes.push_back(b);
+  std::vector<float> buf(opt.maxBytes / sizeof(float), 1.0f);
+  std::vector<float> scratch(opt.maxBytes / sizeof(float), 0.0f);
+
+  // seconds[method][trial][size]
+  std::map<std::string, std::vector<std::vector<double>>> seconds;
+  const int m = static_cast<int>(opt.methods.size());
+  for (int t = 0; t < opt.trials; ++t) {
+    for (int i = 0; i < m; ++i) {
+      const std::string& name = opt.methods[kolo::bench::turn(i, t, m)];
+      if (name == "memcpy") {
+        seconds[name].push_back(timeMemcpy(sizes, job, buf.data(), scratch.data()));
+        continue;
+      }
+      auto ar = kolo::bench::makeAllreducer(name, job);
+      seconds[name].push_back(timeAllreduce(opt, sizes, *ar, job.size(), buf.data()));
+      ar.reset();
+      job.barrier();
+    }
   }
-}
+  if (job.rank() != 0) return 0;
 
-kolo::Config engineConfig(const std::string& backend) {
-  kolo::Config config;
-  config.controller = backend;
-  config.cpuOperations = backend;
-  return config;
-}
+  const double factor = 2.0 * (job.size() - 1) / job.size();
+  auto stat = [&](const std::string& name, size_t s, double p) {
+    std::vector<double> v;
+    for (const auto& trial : seconds.at(name)) v.push_back(trial[s]);
+    return kolo::bench::percentile(v, p);
+  };
+  auto has = [&](const std::string& name) { return seconds.count(name) > 0; };
+  auto gbps = [&](const std::string& name, size_t s) {
+    const double perCall = stat(name, s, 0.5);
+    return static_cast<double>(sizes[s]) / perCall * (name == "memcpy" ? 1.0 : factor) / 1e9;
+  };
 
-std::string randomSecret() {
-  std::random_device rd;
-  char text[33];
-  for (int i = 0; i < 32; ++i) text[i] = "0123456789abcdef"[rd() % 16];
-  text[32] = 0;
-  return text;
-}
+  fmt::print("allreduce float32 sum, {} ranks, median of {} alternating trials\n", job.size(),
+             opt.trials);
+  fmt::print("memcpy: GB/s per rank (all ranks copying); others: busbw GB/s (latency us)\n");
+  fmt::print("{:<9}", "size");
+  for (const auto& name : opt.methods) fmt::print(" {:>17}", name);
+  const bool mpiRatio = has("mpi") && has("kolo-mpi");
+  const bool glooRatio = has("gloo") && has("kolo-gloo");
+  if (mpiRatio) fmt::print(" {:>13}", "kolo-mpi/mpi");
+  if (glooRatio) fmt::print(" {:>15}", "kolo-gloo/gloo");
+  fmt::print("\n");
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    fmt::print("{:<9}", kolo::bench::bytesLabel(sizes[s]));
+    for (const auto& name : opt.methods) {
+      const std::string cell = name == "memcpy" ? fmt::format("{:.2f}", gbps(name, s))
+                                                : fmt::format("{:.3f} ({:.0f})", gbps(name, s),
+                                                              stat(name, s, 0.5) * 1e6);
+      fmt::print(" {:>17}", cell);
+    }
+    // Time ratios: below 1 means kolo is faster than the raw call.
+    if (mpiRatio) fmt::print(" {:>13.2f}", stat("kolo-mpi", s, 0.5) / stat("mpi", s, 0.5));
+    if (glooRatio) fmt::print(" {:>15.2f}", stat("kolo-gloo", s, 0.5) / stat("gloo", s, 0.5));
+    fmt::print("\n");
+  }
+  const auto at64 = std::find(sizes.begin(), sizes.end(), size_t(64) << 20);
+  if (has("kolo-mpi") && at64 != sizes.end()) {
+    const double bw = gbps("kolo-mpi", static_cast<size_t>(at64 - sizes.begin()));
+    fmt::print("target: kolo-mpi busbw at 64 MiB = {:.2f} GB/s (target >= 3): {}\n", bw,
+               bw >= 3.0 ? "met" : "NOT met");
+  }
 
-std::string sizeLabel(size_t bytes) {
-  if (bytes >= (size_t(1) << 20)) return std::to_string(bytes >> 20) + " MiB";
-  return std::to_string(bytes >> 10) + " KiB";
+  if (!opt.csv.empty()) {
+    std::FILE* csv = std::fopen(opt.csv.c_str(), "w");
+    if (!csv) {
+      fmt::print(stderr, "cannot write {}\n", opt.csv);
+      return 1;
+    }
+    // Grouped by variant (one block each, as the plot script reads it).
+    // memcpy's busbw_gbps column is its copy bandwidth, bytes / time.
+    fmt::print(csv, "bytes,ranks,variant,seconds,busbw_gbps,seconds_min,seconds_max,trials\n");
+    for (const auto& name : opt.methods) {
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        fmt::print(csv, "{},{},{},{:.6e},{:.6g},{:.6e},{:.6e},{}\n", sizes[s], job.size(), name,
+                   stat(name, s, 0.5), gbps(name, s), stat(name, s, 0.0), stat(name, s, 1.0),
+                   opt.trials);
+      }
+    }
+    std::fclose(csv);
+  }
+  return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  std::string csvPath;
-  size_t maxMb = 128;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--csv") == 0) csvPath = argv[i + 1];
-    if (std::strcmp(argv[i], "--max-mb") == 0) maxMb = std::strtoul(argv[i + 1], nullptr, 10);
-  }
-  kolo::Identity id;
-  MPI_Comm_rank(MPI_COMM_WORLD, &id.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &id.size);
-  id.localRank = id.rank;
-  id.localSize = id.size;
-
-  std::vector<size_t> sizes;
-  for (size_t b = 4096; b <= (maxMb << 20); b *= 4) sizes.push_back(b);
-  if (sizes.back() != (maxMb << 20)) sizes.push_back(maxMb << 20);
-  std::vector<float> buf(sizes.back() / sizeof(float), 1.0f);
-
-  std::vector<Column> cols{{"mpi", {}}, {"mpi-4MiB-pieces", {}}, {"kolo-mpi", {}},
-                           {"kolo-gloo", {}}};
-  rawMpi(sizes, buf, false, cols[0]);
-  rawMpi(sizes, buf, true, cols[1]);
-  {
-    // Each process keeps its own bookkeeping keys: everything is MPI.
-    kolo::Engine engine(engineConfig("mpi"), id, kolo::makeHashStore());
-    koloEngine(sizes, buf, engine, cols[2]);
-  }
-  {
-    std::unique_ptr<kolo::TcpStoreServer> server;
-    std::string secret = id.rank == 0 ? randomSecret() : std::string(32, ' ');
-    int port = 0;
-    char host[256] = "127.0.0.1";
-    if (id.rank == 0) {
-      server = std::make_unique<kolo::TcpStoreServer>("", 0, secret);
-      port = server->port();
-      gethostname(host, sizeof(host));
-    }
-    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(secret.data(), 32, MPI_CHAR, 0, MPI_COMM_WORLD);
-    MPI_Bcast(host, sizeof(host), MPI_CHAR, 0, MPI_COMM_WORLD);
-    auto store = kolo::makeTcpStore(host, static_cast<uint16_t>(port), secret);
-    kolo::Engine engine(engineConfig("gloo"), id, store);
-    koloEngine(sizes, buf, engine, cols[3]);
-    engine.shutdown();
-    MPI_Barrier(MPI_COMM_WORLD);  // nobody drops the store while others use it
-  }
-
-  if (id.rank == 0) {
-    const double factor = 2.0 * (id.size - 1) / id.size;
-    std::printf("allreduce float32 sum, %d ranks; busbw GB/s (latency us)\n", id.size);
-    std::printf("%-9s", "size");
-    for (const auto& c : cols) std::printf(" %24s", c.name.c_str());
-    std::printf("\n");
-    std::FILE* csv = csvPath.empty() ? nullptr : std::fopen(csvPath.c_str(), "w");
-    if (csv) std::fprintf(csv, "bytes,ranks,variant,seconds,busbw_gbps\n");
-    for (size_t s = 0; s < sizes.size(); ++s) {
-      std::printf("%-9s", sizeLabel(sizes[s]).c_str());
-      for (const auto& c : cols) {
-        const double t = c.seconds[s];
-        const double busbw = sizes[s] / t * factor / 1e9;
-        char cell[64];
-        std::snprintf(cell, sizeof(cell), "%.3f (%.0f)", busbw, t * 1e6);
-        std::printf(" %24s", cell);
-        if (csv) {
-          std::fprintf(csv, "%zu,%d,%s,%.9f,%.6f\n", sizes[s], id.size, c.name.c_str(), t, busbw);
-        }
-      }
-      std::printf("\n");
-    }
-    if (csv) std::fclose(csv);
-  }
-  MPI_Finalize();
-  return 0;
-}
+int main(int argc, char** argv) { return kolo::bench::runMpiMain(argc, argv, run); }

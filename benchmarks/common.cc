@@ -1,0 +1,37 @@
+#include "common.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kolo::bench {
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+std::string bytesLabel(size_t bytes) {
+  if (bytes >= (size_t(1) << 20) && bytes % (size_t(1) << 20) == 0) {
+    return std::to_string(bytes >> 20) + " MiB";
+  }
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+kolo::Config engineConfig(const std::string& backend) {
+  kolo::Config config = kolo::Config::fromEnv();
+  config.controller = backend;
+  config.cpuOperations = backend;
+  config.logLevel = kolo::LogLevel::kError;
+  return config;
+}
+
+void sumFloats(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<float*>(out);
+  auto* x = static_cast<const float*>(a);
+  auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+}  // namespace kolo::bench

@@ -1,0 +1,40 @@
+// Helpers shared by the benchmarks: timing statistics, size labels, the
+// engine configuration they all use, and the order in which compared methods
+// take turns within a run.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kolo/config.h"
+
+namespace kolo::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// p in [0, 1]; nearest-rank on a sorted copy. v must not be empty.
+double percentile(std::vector<double> v, double p);
+inline double median(const std::vector<double>& v) { return percentile(v, 0.5); }
+
+// "4 B", "16 KiB", "256 MiB": binary units, as the sizes are powers of two.
+std::string bytesLabel(size_t bytes);
+
+// Config::fromEnv() (so KOLO_* variables still apply: KOLO_CYCLE_TIME,
+// KOLO_FUSION_THRESHOLD, ...) with controller and CPU operations set to
+// backend ("gloo" or "mpi") and logging reduced to errors.
+kolo::Config engineConfig(const std::string& backend);
+
+// Which method runs at position i of trial t: a rotation, so no method is
+// always first (or always right after a particular other one) in a block.
+inline int turn(int i, int trial, int methods) { return (i + trial) % methods; }
+
+// Gloo reduce function for float32 sum (what an application would pass).
+void sumFloats(void* out, const void* a, const void* b, size_t n);
+
+}  // namespace kolo::bench
