@@ -3,18 +3,14 @@
 #include <thread>
 #include <vector>
 
+#include "ranks_text.h"
+
 namespace kolo {
 namespace {
 
 std::string abortKey(int rank) { return "abort/" + std::to_string(rank); }
 std::string aliveKey(int rank) { return "alive-after-failure/" + std::to_string(rank); }
 std::string presenceKey(int rank) { return "present/" + std::to_string(rank); }
-
-std::string joinRanks(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
 
 }  // namespace
 
@@ -40,7 +36,7 @@ Status stopStatus(const StopInfo& info, int myRank) {
     if (r == myRank) return Status{ErrorCode::kShutdown, "kolo was shut down on this rank"};
   }
   return Status{ErrorCode::kShutdown,
-                "rank " + joinRanks(info.shutdownRanks) +
+                ranksPhrase(info.shutdownRanks) +
                     " shut down (called shutdown) while this operation was pending"};
 }
 
@@ -93,7 +89,7 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
   }
   if (!missing.empty()) {
     return Status{ErrorCode::kPeerFailure,
-                  std::string(missing.size() == 1 ? "rank " : "ranks ") + joinRanks(missing) +
+                  ranksPhrase(missing) +
                       " stopped responding (exited, crashed or hung): " + cause};
   }
   return Status{ErrorCode::kPeerFailure, cause};

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "kolo/error.h"
+#include "ranks_text.h"
 
 namespace kolo::comm::tcp {
 namespace {
@@ -53,16 +54,6 @@ struct FrameHeader {
   uint64_t length;
 };
 static_assert(sizeof(FrameHeader) == 16, "frame header is 16 bytes on the wire");
-
-std::string joinRanks(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-std::string ranksWord(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + joinRanks(ranks);
-}
 
 // IPv4 address of a named interface.
 std::string interfaceAddress(const std::string& name) {
@@ -232,7 +223,7 @@ std::unique_ptr<Mesh> Mesh::connect(const BackendArgs& args, const std::string& 
       for (int r = rank + 1; r < size; ++r) {
         if (!mesh->peers_[r].valid()) missing.push_back(r);
       }
-      throw Timeout(what + ": " + ranksWord(missing) + " did not connect within " +
+      throw Timeout(what + ": " + ranksPhrase(missing) + " did not connect within " +
                     std::to_string(args.config.timeout.count()) + " ms");
     }
     Fd fd = rendezvous::acceptOne(listener.get(), nullptr);
@@ -413,7 +404,7 @@ void Mesh::failTimeout(const char* what, const std::vector<int>& waitingOn) {
   std::vector<int> ranks = waitingOn;
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  fail(Timeout(std::string("control ") + what + ": no progress with " + ranksWord(ranks) +
+  fail(Timeout(std::string("control ") + what + ": no progress with " + ranksPhrase(ranks) +
                " within " + std::to_string(timeout_.count()) + " ms"));
 }
 
