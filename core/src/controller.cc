@@ -96,12 +96,12 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
     }
   }
 
-  std::vector<Response> cached;
+  std::vector<const Response*> cached;
   for (int b = 0; b < cache_.capacity(); ++b) {
-    if (testBit(bits_, off, b) && cache_.occupied(b)) cached.push_back(cache_.at(b));
+    if (testBit(bits_, off, b) && cache_.occupied(b)) cached.push_back(&cache_.at(b));
   }
   stats_.cachedResponses += cached.size();
-  out.cached = fuseResponses(std::move(cached), tunables_.fusionThresholdBytes);
+  out.cached = fuseResponses(cached, tunables_.fusionThresholdBytes);
 
   if ((status & kNoUncached) == 0) out.uncached = coordinate(input.uncached);
   return out;

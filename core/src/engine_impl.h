@@ -40,9 +40,14 @@ struct Engine::Impl {
   void loopOnLoop();
   void cyclesOnLoop();
   void finishOnLoop();
-  void admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in);
+  using PendingMap = std::unordered_map<std::string, PendingOp>;
+  // Admits fresh ops into pending (leaving fresh empty).
+  void admitOnLoop(std::vector<PendingOp>& fresh, CycleInput& in);
   void executeOnLoop(const Response& r, bool fromCache);
-  void completeOnLoop(PendingOp& op, const Status& status);
+  // Ends ops (entries of pending) with status: frees their names, publishes
+  // the counters once, runs their callbacks, wakes their waiters and drops
+  // them from pending.
+  void completeOnLoop(const std::vector<PendingMap::iterator>& ops, const Status& status);
   void failAllOnLoop(const Status& status);
   void revertEvictedOnLoop(const std::vector<int>& bits);
   bool cacheOnLoop() const { return cache.enabled() && tunables.cacheEnabled; }
@@ -66,7 +71,8 @@ struct Engine::Impl {
   std::unique_ptr<Controller> controller;
   std::unique_ptr<Executor> executor;
 
-  std::unordered_map<std::string, PendingOp> pending;  // loop thread
+  PendingMap pending;                // loop thread
+  std::vector<PendingOp> drained;    // loop thread; empty between cycles
   Tunables tunables;                                    // loop thread; see Controller
   StallInspector stall;                                 // loop thread
   std::unique_ptr<autotune::Autotuner> tuner;           // rank 0 with KOLO_AUTOTUNE

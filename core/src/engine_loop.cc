@@ -45,7 +45,8 @@ void Engine::Impl::cyclesOnLoop() {
     cycleStart = std::chrono::steady_clock::now();
     if (timelineChange.load(std::memory_order_acquire)) applyTimelineOnLoop();
     CycleInput in;
-    admitOnLoop(queue.drain(), in);
+    queue.drainInto(drained);
+    admitOnLoop(drained, in);
     in.shutdown = shutdownRequested.load();
     in.abort = abortRequested.load();
     if (in.abort) {
@@ -101,7 +102,7 @@ void Engine::Impl::cyclesOnLoop() {
   }
 }
 
-void Engine::Impl::admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in) {
+void Engine::Impl::admitOnLoop(std::vector<PendingOp>& fresh, CycleInput& in) {
   // Group members arrive in one drain (pushed atomically); a group uses the
   // cache only when every member hits.
   std::unordered_map<std::string, bool> groupAllHit;
@@ -135,6 +136,7 @@ void Engine::Impl::admitOnLoop(std::vector<PendingOp> fresh, CycleInput& in) {
     std::string name = op.msg.request.name;
     pending.emplace(std::move(name), std::move(op));
   }
+  fresh.clear();  // keeps its capacity for the next drain
   for (auto& [name, op] : pending) {
     if (op.state == PendingOp::State::kCached) in.readyBits.push_back(op.bit);
     if (op.state == PendingOp::State::kNew) in.uncached.push_back(op.msg);
@@ -192,20 +194,25 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
         it->second.handle->joinResult = r.rankArg;
       }
       localJoined = false;
-      completeOnLoop(it->second, Status::Ok());
+      completeOnLoop({it}, Status::Ok());
       return;
     }
-    case ResponseKind::kError:
+    case ResponseKind::kError: {
+      std::vector<PendingMap::iterator> failed;
       for (const auto& name : r.names) {
         auto it = pending.find(name);
-        if (it != pending.end()) completeOnLoop(it->second, Status{ErrorCode::kMismatch, r.error});
+        if (it != pending.end()) failed.push_back(it);
       }
+      completeOnLoop(failed, Status{ErrorCode::kMismatch, r.error});
       return;
+    }
     case ResponseKind::kOk:
       break;
   }
-  std::vector<PendingOp*> ops;
+  std::vector<PendingOp*> ops;  // per name; nullptr: not submitted here (joined)
+  std::vector<PendingMap::iterator> mine;
   ops.reserve(r.names.size());
+  mine.reserve(r.names.size());
   const int64_t ts = timeline ? timeline::Timeline::now() : 0;
   for (const auto& name : r.names) {
     auto it = pending.find(name);
@@ -215,6 +222,7 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
       ops.push_back(nullptr);
     } else {
       ops.push_back(&it->second);
+      mine.push_back(it);
       if (it->second.traced && it->second.span == PendingOp::Span::kQueue) {
         timeline->end(it->second.row, timeline::kQueue, ts);
         it->second.span = PendingOp::Span::kNone;
@@ -222,10 +230,12 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
     }
   }
   executor->execute(r, ops);
-  for (size_t i = 0; i < r.names.size(); ++i) {
-    if (cacheOnLoop() && ResponseCache::cacheable(r.op)) {
+  if (cacheOnLoop() && ResponseCache::cacheable(r.op)) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
       if (fromCache) {
-        int bit = cache.bitOf(r.names[i]);
+        // An op answered from the cache holds its entry's bit.
+        const int bit = ops[i] != nullptr && ops[i]->bit >= 0 ? ops[i]->bit
+                                                              : cache.bitOf(r.names[i]);
         if (bit >= 0) cache.touch(bit);
       } else {
         int evicted = -1;
@@ -233,30 +243,43 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
         if (evicted >= 0) evictedThisCycle.push_back(evicted);
       }
     }
-    if (ops[i] != nullptr) completeOnLoop(*ops[i], Status::Ok());
   }
+  completeOnLoop(mine, Status::Ok());
 }
 
-void Engine::Impl::completeOnLoop(PendingOp& op, const Status& status) {
-  if (timeline && op.traced) traceCloseOnLoop(op, timeline::Timeline::now());
-  std::string name = op.msg.request.name;
-  auto handle = op.handle;
-  auto onDone = std::move(op.entry.onDone);
-  pending.erase(name);  // op is gone from here on
-  queue.release(name);
+void Engine::Impl::completeOnLoop(const std::vector<PendingMap::iterator>& ops,
+                                  const Status& status) {
+  if (ops.empty()) return;
+  std::vector<const std::string*> names;
+  names.reserve(ops.size());
+  const int64_t ts = timeline ? timeline::Timeline::now() : 0;
+  for (const auto& it : ops) {
+    if (timeline && it->second.traced) traceCloseOnLoop(it->second, ts);
+    names.push_back(&it->first);
+  }
+  // Names are free again before anyone wakes, so a waiter may reuse them.
+  queue.release(names);
   {
-    // Whoever waits on this handle sees counters that include its work.
+    // Whoever waits on these handles sees counters that include their work.
     std::lock_guard<std::mutex> lock(mu);
     publishedStats = loopStats;
   }
-  if (onDone) {
-    try {
-      onDone(status);
-    } catch (const std::exception& e) {
-      log->error("completion callback for '{}' threw: {}", name, e.what());
+  std::vector<std::shared_ptr<HandleState>> handles;
+  handles.reserve(ops.size());
+  for (const auto& it : ops) {
+    if (auto& onDone = it->second.entry.onDone) {
+      try {
+        onDone(status);
+      } catch (const std::exception& e) {
+        log->error("completion callback for '{}' threw: {}", it->first, e.what());
+      }
     }
+    handles.push_back(std::move(it->second.handle));
+    pending.erase(it);  // the op is gone from here on
   }
-  handle->complete(status);
+  // Every handle is done before the first waiter wakes (see finish).
+  for (const auto& h : handles) h->finish(status);
+  for (const auto& h : handles) h->wake();
 }
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
@@ -266,8 +289,13 @@ void Engine::Impl::failAllOnLoop(const Status& status) {
     if (status.code != ErrorCode::kShutdown) failure = status;
     publishedStats = loopStats;
   }
-  for (auto& op : queue.drain()) pending.emplace(op.msg.request.name, std::move(op));
-  while (!pending.empty()) completeOnLoop(pending.begin()->second, status);
+  queue.drainInto(drained);
+  for (auto& op : drained) pending.emplace(op.msg.request.name, std::move(op));
+  drained.clear();
+  std::vector<PendingMap::iterator> all;
+  all.reserve(pending.size());
+  for (auto it = pending.begin(); it != pending.end(); ++it) all.push_back(it);
+  completeOnLoop(all, status);
   localJoined = false;
 }
 

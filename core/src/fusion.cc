@@ -24,42 +24,97 @@ bool fusible(const Response& r) {
   return r.kind == ResponseKind::kOk && r.op == OpType::kAllreduce;
 }
 
-}  // namespace
-
-std::vector<Response> fuseResponses(std::vector<Response> responses,
-                                    int64_t thresholdBytes) {
-  if (thresholdBytes <= 0 || responses.size() < 2) return responses;
-  std::vector<Response> out;
-  out.reserve(responses.size());
+// Which responses share a fused response: one list of indices per output
+// response, in output order.
+std::vector<std::vector<size_t>> planFusion(const std::vector<const Response*>& responses,
+                                            int64_t thresholdBytes) {
+  std::vector<std::vector<size_t>> plan;
+  plan.reserve(responses.size());
   struct Open {
-    size_t index;   // in out
+    size_t index;   // in plan
     int64_t bytes;  // fused so far
   };
-  std::map<FusionKey, Open> open;  // per key, the response still accepting
-  for (auto& r : responses) {
-    if (!fusible(r)) {
-      out.push_back(std::move(r));
+  std::map<FusionKey, Open> open;  // per key, the output still accepting
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = *responses[i];
+    if (thresholdBytes <= 0 || !fusible(r)) {
+      plan.push_back({i});
       continue;
     }
     const int64_t bytes = r.totalElements() * static_cast<int64_t>(elementSize(r.dtype));
     if (bytes >= kUnfusedTensorBytes) {  // alone and in place; the open buffer stays open
-      out.push_back(std::move(r));
+      plan.push_back({i});
       continue;
     }
     FusionKey key = keyOf(r);
     auto it = open.find(key);
     if (it != open.end()) {
       if (it->second.bytes + bytes <= thresholdBytes) {
-        Response& f = out[it->second.index];
-        for (auto& n : r.names) f.names.push_back(std::move(n));
-        for (auto& s : r.shapes) f.shapes.push_back(std::move(s));
+        plan[it->second.index].push_back(i);
         it->second.bytes += bytes;
         continue;
       }
       open.erase(it);
     }
-    out.push_back(std::move(r));
-    if (bytes < thresholdBytes) open[key] = Open{out.size() - 1, bytes};
+    plan.push_back({i});
+    if (bytes < thresholdBytes) open[key] = Open{plan.size() - 1, bytes};
+  }
+  return plan;
+}
+
+std::vector<const Response*> pointersTo(const std::vector<Response>& responses) {
+  std::vector<const Response*> out;
+  out.reserve(responses.size());
+  for (const auto& r : responses) out.push_back(&r);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Response> fuseResponses(std::vector<Response> responses,
+                                    int64_t thresholdBytes) {
+  if (thresholdBytes <= 0 || responses.size() < 2) return responses;
+  std::vector<Response> out;
+  for (const auto& members : planFusion(pointersTo(responses), thresholdBytes)) {
+    out.push_back(std::move(responses[members[0]]));
+    Response& f = out.back();
+    for (size_t k = 1; k < members.size(); ++k) {
+      Response& r = responses[members[k]];
+      for (auto& n : r.names) f.names.push_back(std::move(n));
+      for (auto& s : r.shapes) f.shapes.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+std::vector<Response> fuseResponses(const std::vector<const Response*>& responses,
+                                    int64_t thresholdBytes) {
+  std::vector<Response> out;
+  for (const auto& members : planFusion(responses, thresholdBytes)) {
+    if (members.size() == 1) {
+      out.push_back(*responses[members[0]]);
+      continue;
+    }
+    // A fused response holds only what fusion keeps equal (fusible), names
+    // and shapes.
+    const Response& first = *responses[members[0]];
+    Response f;
+    f.kind = first.kind;
+    f.op = first.op;
+    f.dtype = first.dtype;
+    f.device = first.device;
+    f.reduceOp = first.reduceOp;
+    f.prescale = first.prescale;
+    f.postscale = first.postscale;
+    f.root = first.root;
+    f.names.reserve(members.size());
+    f.shapes.reserve(members.size());
+    for (size_t i : members) {
+      const Response& r = *responses[i];
+      f.names.insert(f.names.end(), r.names.begin(), r.names.end());
+      f.shapes.insert(f.shapes.end(), r.shapes.begin(), r.shapes.end());
+    }
+    out.push_back(std::move(f));
   }
   return out;
 }

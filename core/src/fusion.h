@@ -24,6 +24,12 @@ constexpr int64_t kUnfusedTensorBytes = int64_t(1) << 20;
 std::vector<Response> fuseResponses(std::vector<Response> responses,
                                     int64_t thresholdBytes);
 
+// The same fusion of responses owned elsewhere (the response cache): copies
+// each tensor's name and shape once into the fused responses, instead of
+// copying whole responses first.
+std::vector<Response> fuseResponses(const std::vector<const Response*>& responses,
+                                    int64_t thresholdBytes);
+
 // A host buffer allocated once and grown only when a larger fused response
 // arrives (bounded by the fusion threshold), never per step.
 class FusionBuffer {

@@ -18,16 +18,16 @@ struct HandleState {
   std::vector<int64_t> receivedSplits;
   int joinResult = -1;
 
-  // Called once, by the background thread (or by enqueue when the engine is
-  // already stopped). Results (outputShape...) must be set before.
-  void complete(Status s) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      status = std::move(s);
-      done = true;
-    }
-    cv.notify_all();
+  // Called once, by the background thread, then wake(). Results
+  // (outputShape...) must be set before. Apart so that a batch of handles
+  // is marked done before any waiter wakes: a caller waiting on them one by
+  // one then sleeps once, not once per handle.
+  void finish(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
   }
+  void wake() { cv.notify_all(); }
 };
 
 }  // namespace kolo

@@ -6,27 +6,24 @@ void TensorQueue::push(std::vector<PendingOp> ops) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) closedStatus_.throwIfError();
-    std::unordered_set<std::string> batch;
-    for (const auto& op : ops) {
-      const std::string& name = op.msg.request.name;
-      if (inFlight_.count(name) || !batch.insert(name).second) {
+    // Reserve every name, or none: a name in flight, or repeated within
+    // ops, takes back the ones reserved before it.
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const std::string& name = ops[i].msg.request.name;
+      if (!inFlight_.insert(name).second) {
+        for (size_t j = 0; j < i; ++j) inFlight_.erase(ops[j].msg.request.name);
         throw InvalidArgument("duplicate name '" + name + "': an operation with this name is "
                               "still in flight; wait for it or give the new one another name");
       }
     }
-    for (auto& op : ops) {
-      inFlight_.insert(op.msg.request.name);
-      queue_.push_back(std::move(op));
-    }
+    for (auto& op : ops) queue_.push_back(std::move(op));
   }
   cv_.notify_one();
 }
 
-std::vector<PendingOp> TensorQueue::drain() {
+void TensorQueue::drainInto(std::vector<PendingOp>& out) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PendingOp> out;
   out.swap(queue_);
-  return out;
 }
 
 void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline) {
@@ -43,9 +40,9 @@ void TensorQueue::wake() {
   cv_.notify_one();
 }
 
-void TensorQueue::release(const std::string& name) {
+void TensorQueue::release(const std::vector<const std::string*>& names) {
   std::lock_guard<std::mutex> lock(mu_);
-  inFlight_.erase(name);
+  for (const std::string* name : names) inFlight_.erase(*name);
 }
 
 void TensorQueue::close(const Status& status) {

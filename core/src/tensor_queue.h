@@ -23,8 +23,10 @@ class TensorQueue {
   // stop status when the queue is closed.
   void push(std::vector<PendingOp> ops);
 
-  // Loop thread. Takes everything queued so far.
-  std::vector<PendingOp> drain();
+  // Loop thread. Swaps everything queued so far into out, which must be
+  // empty; its capacity becomes the queue's, so that a steady stream of
+  // thousands of ops per step reallocates neither vector.
+  void drainInto(std::vector<PendingOp>& out);
 
   // Loop thread. Returns when work is queued, wake() was called or deadline
   // passed.
@@ -33,8 +35,8 @@ class TensorQueue {
   // Any thread: makes waitForWork return now.
   void wake();
 
-  // Loop thread: the op named name completed; the name may be reused.
-  void release(const std::string& name);
+  // Loop thread: the ops named names completed; the names may be reused.
+  void release(const std::vector<const std::string*>& names);
 
   // Refuses further pushes with status (engine stopped or failed).
   void close(const Status& status);

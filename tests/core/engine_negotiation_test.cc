@@ -207,6 +207,30 @@ TEST(Names, DuplicateNameInFlightIsRefusedAtEnqueue) {
   });
 }
 
+TEST(Names, GroupRepeatingANameIsRefusedWholeAndReservesNothing) {
+  spawn(2, [&](int, Engine& engine) {
+    std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4, 1.0f);
+    auto req = [](const std::string& name) {
+      return makeRequest(name, OpType::kAllreduce, DataType::kFloat32, {4});
+    };
+    try {
+      engine.enqueueGroup({req("g.a"), req("g.b"), req("g.a")},
+                          {Entry{a.data(), a.data(), {}, {}}, Entry{b.data(), b.data(), {}, {}},
+                           Entry{c.data(), c.data(), {}, {}}});
+      ADD_FAILURE() << "a group naming 'g.a' twice was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("duplicate name 'g.a'"), std::string::npos)
+          << e.what();
+    }
+    // The names the refused group had reserved before the repeat are free.
+    auto hs = engine.enqueueGroup({req("g.a"), req("g.b")}, {Entry{a.data(), a.data(), {}, {}},
+                                                             Entry{b.data(), b.data(), {}, {}}});
+    waitAll(hs);
+    EXPECT_FLOAT_EQ(a[0], 2.0f);
+    EXPECT_FLOAT_EQ(b[3], 2.0f);
+  });
+}
+
 TEST(Groups, GroupIsNegotiatedAsAUnit) {
   spawn(3, [&](int rank, Engine& engine) {
     for (int step = 0; step < 3; ++step) {

@@ -41,6 +41,35 @@ TEST(FuseResponses, LargeTensorsStayAloneAndDoNotCloseTheOpenBuffer) {
   EXPECT_EQ(fuseResponses(in, 64 * kUnfusedTensorBytes).size(), 1u);
 }
 
+TEST(FuseResponses, FusingCachedResponsesInPlaceEqualsFusingCopies) {
+  const int64_t big = kUnfusedTensorBytes / 4;
+  std::vector<Response> in = {allreduce("a", 10), allreduce("b", 10),
+                              allreduce("d", 5, DataType::kFloat64), allreduce("big", big),
+                              allreduce("c", 10), allreduce("e", 10)};
+  in[1].postscale = 0.5;  // a fusion key of its own
+  Response bcast = allreduce("f", 3);
+  bcast.op = OpType::kBroadcast;
+  bcast.root = 1;
+  in.push_back(bcast);
+  std::vector<const Response*> view;
+  for (const auto& r : in) view.push_back(&r);
+  for (int64_t threshold : {int64_t{0}, int64_t{80}, 64 * kUnfusedTensorBytes}) {
+    SCOPED_TRACE(threshold);
+    auto moved = fuseResponses(in, threshold);
+    auto copied = fuseResponses(view, threshold);
+    ASSERT_EQ(copied.size(), moved.size());
+    for (size_t i = 0; i < moved.size(); ++i) {
+      EXPECT_EQ(copied[i].names, moved[i].names);
+      EXPECT_EQ(copied[i].shapes, moved[i].shapes);
+      EXPECT_EQ(copied[i].op, moved[i].op);
+      EXPECT_EQ(copied[i].dtype, moved[i].dtype);
+      EXPECT_EQ(copied[i].postscale, moved[i].postscale);
+      EXPECT_EQ(copied[i].root, moved[i].root);
+    }
+  }
+  EXPECT_EQ(fuseResponses(view, 64 * kUnfusedTensorBytes).size(), 5u);  // a+c+e, b, d, big, f
+}
+
 TEST(ResponseCache, LruEvictionAndChangeDetection) {
   ResponseCache cache(2);
   int evicted = 0;
