@@ -32,7 +32,7 @@ int runKolorun(int argc, char** argv) {
   ParsedCommandLine parsed = parseCommandLine(argc, argv);
   if (!parsed.options) return parsed.exitCode;
   const Options& options = *parsed.options;
-  if (options.mpi) execMpirun(options);  // mpirun runs the job from here
+  if (options.mpi) return runMpirun(options);  // mpirun runs the job
 
   std::vector<std::string> inherited = currentEnvironment();
   const char* path = std::getenv("PATH");
@@ -40,15 +40,7 @@ int runKolorun(int argc, char** argv) {
   RendezvousEndpoint endpoint = chooseRendezvous(plan.remoteHosts, options.networkInterface);
 
   std::string secret = randomSecret();
-  std::unique_ptr<kolo::TcpStoreServer> server;
-  try {
-    server = std::make_unique<kolo::TcpStoreServer>(endpoint.bindHost,
-                                                    static_cast<uint16_t>(options.port), secret);
-  } catch (const std::exception& e) {
-    throw UsageError("cannot serve the rendezvous store on " + endpoint.bindHost + ":" +
-                     std::to_string(options.port) + " (" + e.what() + ")" +
-                     (options.port != 0 ? "; choose another --port or leave it out" : ""));
-  }
+  auto server = serveRendezvous(endpoint, options.port, secret);
   RendezvousInfo rendezvous{endpoint.addr, server->port(), secret};
   Job job(options, std::move(plan), rendezvous, server->localStore(), std::move(inherited));
   return job.run();

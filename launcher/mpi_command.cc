@@ -1,16 +1,21 @@
 #include "mpi_command.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
+#include "network.h"
 #include "process.h"
 #include "remote.h"
 #include "usage_error.h"
+#include "worker_env.h"
 
 namespace kolo::launcher {
 namespace {
@@ -34,7 +39,6 @@ bool plainWord(const std::string& s) {
 }  // namespace
 
 std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext& context) {
-  if (o.port != 0) throw UsageError("--port has no meaning with --mpi (no rendezvous store)");
   if (o.startTimeoutSeconds != 30) {
     throw UsageError("--start-timeout has no meaning with --mpi (mpirun starts the ranks)");
   }
@@ -68,6 +72,9 @@ std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext
   for (const auto& [name, value] : tuningEnv(o)) {
     argv.insert(argv.end(), {"-x", name + "=" + value});
   }
+  if (context.servesStore) {
+    for (const auto& name : kStoreVariables) argv.insert(argv.end(), {"-x", name});
+  }
   for (const auto& e : o.exportEnv) argv.insert(argv.end(), {"-x", e});
   argv.insert(argv.end(), o.command.begin(), o.command.end());
   return argv;
@@ -81,7 +88,62 @@ std::string describeCommand(const std::vector<std::string>& argv) {
   return line;
 }
 
-void execMpirun(const Options& options) {
+namespace {
+
+// Where the ranks reach kolorun's store: as for kolorun's own jobs.
+RendezvousEndpoint storeEndpoint(const Options& o) {
+  const LocalNames local = localNames();
+  std::vector<std::string> remote;
+  for (const auto& h : hostsOf(o)) {
+    if (!isLocalHost(h.host, local) &&
+        std::find(remote.begin(), remote.end(), h.host) == remote.end()) {
+      remote.push_back(h.host);
+    }
+  }
+  return chooseRendezvous(remote, o.networkInterface);
+}
+
+// kolorun's environment with the store's variables set.
+std::vector<std::string> mpirunEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& store) {
+  std::vector<std::string> env;
+  for (auto& entry : currentEnvironment()) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (std::find(kStoreVariables.begin(), kStoreVariables.end(), name) == kStoreVariables.end()) {
+      env.push_back(std::move(entry));
+    }
+  }
+  for (const auto& [name, value] : store) env.push_back(name + "=" + value);
+  return env;
+}
+
+// In the forked child: only async-signal-safe calls (kolorun has threads).
+[[noreturn]] void execChild(char* const argv[], char* const envp[]) {
+  // kolorun blocked the job signals for itself; mpirun needs them.
+  sigset_t none;
+  sigemptyset(&none);
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(argv[0], argv, envp);
+  static const char kFailed[] = "kolorun --mpi: cannot run mpirun\n";
+  (void)!write(STDERR_FILENO, kFailed, sizeof(kFailed) - 1);
+  _exit(127);
+}
+
+std::vector<char*> pointers(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+int exitCodeOf(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int runMpirun(const Options& options) {
   const char* path = std::getenv("PATH");
   auto mpirun = findProgram("mpirun", path != nullptr ? path : "/usr/bin:/bin");
   if (!mpirun) {
@@ -91,19 +153,45 @@ void execMpirun(const Options& options) {
   MpiCommandContext context;
   context.mpirun = *mpirun;
   context.isRoot = geteuid() == 0;
+  context.servesStore = true;
   const std::vector<std::string> argv = mpirunCommand(options, context);
+
+  const RendezvousEndpoint endpoint = storeEndpoint(options);
+  const std::string secret = randomSecret();
+  auto server = serveRendezvous(endpoint, options.port, secret);
+  const std::vector<std::string> env =
+      mpirunEnvironment({{kStoreVariables[0], endpoint.addr},
+                         {kStoreVariables[1], std::to_string(server->port())},
+                         {kStoreVariables[2], secret},
+                         {kStoreVariables[3], "1"}});
+  std::vector<char*> rawArgv = pointers(argv), rawEnv = pointers(env);
+
   if (options.verbose) std::fprintf(stderr, "kolorun: %s\n", describeCommand(argv).c_str());
+  std::fflush(stdout);
   std::fflush(stderr);
-  std::vector<char*> raw;
-  for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
-  raw.push_back(nullptr);
-  // kolorun blocked the job signals for its own loop; mpirun needs them.
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  signal(SIGPIPE, SIG_DFL);
-  execv(raw[0], raw.data());
-  throw UsageError("kolorun --mpi: cannot run " + argv[0] + ": " + std::strerror(errno));
+  const pid_t child = fork();
+  if (child < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (child == 0) execChild(rawArgv.data(), rawEnv.data());
+
+  // The job signals stay blocked here (blockJobSignals) and are taken one
+  // by one. mpirun shares kolorun's process group, so a Ctrl-C from the
+  // terminal reaches it directly; a signal another process sent to kolorun
+  // alone is passed on.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&set, sig);
+  while (true) {
+    int status = 0;
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) return exitCodeOf(status);
+    if (done < 0 && errno != EINTR) {
+      throw std::system_error(errno, std::generic_category(), "waitpid(mpirun)");
+    }
+    siginfo_t info{};
+    const timespec tick{0, 200 * 1000 * 1000};  // waitpid again at least this often
+    const int sig = sigtimedwait(&set, &info, &tick);
+    if (sig > 0 && sig != SIGCHLD && info.si_code <= 0) kill(child, sig);  // sent by a process
+  }
 }
 
 }  // namespace kolo::launcher

@@ -98,4 +98,15 @@ std::string randomSecret() {
   return out;
 }
 
+std::unique_ptr<TcpStoreServer> serveRendezvous(const RendezvousEndpoint& endpoint, int port,
+                                                const std::string& secret) {
+  try {
+    return std::make_unique<TcpStoreServer>(endpoint.bindHost, static_cast<uint16_t>(port), secret);
+  } catch (const std::exception& e) {
+    throw UsageError("cannot serve the rendezvous store on " + endpoint.bindHost + ":" +
+                     std::to_string(port) + " (" + e.what() + ")" +
+                     (port != 0 ? "; choose another --port or leave it out" : ""));
+  }
+}
+
 }  // namespace kolo::launcher

@@ -1,8 +1,11 @@
 // Where workers reach kolorun's rendezvous store, and the job's secret.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kolo/tcp_store.h"
 
 namespace kolo::launcher {
 
@@ -27,5 +30,10 @@ std::string routeSourceAddress(const std::string& host);
 
 // 32 random bytes from OpenSSL, hex-encoded.
 std::string randomSecret();
+
+// The job's store on endpoint.bindHost:port (0: any free port). UsageError
+// naming the address when it cannot be served.
+std::unique_ptr<TcpStoreServer> serveRendezvous(const RendezvousEndpoint& endpoint, int port,
+                                                const std::string& secret);
 
 }  // namespace kolo::launcher

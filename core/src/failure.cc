@@ -84,13 +84,14 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
   if (!messages.empty()) return Status{ErrorCode::kPeerFailure, messages};
   if (missing.empty() && static_cast<int>(unknown.size()) == identity.size - 1) {
     return Status{ErrorCode::kPeerFailure,
-                  cause + " (which rank failed cannot be told: the ranks share no rendezvous "
-                          "store; under mpirun set MASTER_ADDR and MASTER_PORT to get it named)"};
+                  cause +
+                      " (which rank failed cannot be told: the ranks share no rendezvous "
+                      "store; start the job with kolorun --mpi, or under mpirun set MASTER_ADDR "
+                      "and MASTER_PORT, to get it named)"};
   }
   if (!missing.empty()) {
     return Status{ErrorCode::kPeerFailure,
-                  ranksPhrase(missing) +
-                      " stopped responding (exited, crashed or hung): " + cause};
+                  ranksPhrase(missing) + " stopped responding (exited, crashed or hung): " + cause};
   }
   return Status{ErrorCode::kPeerFailure, cause};
 }

@@ -89,7 +89,8 @@ Rendezvous rankZeroHosted(const EnvReader& env, const Identity& id,
         "(rank 0's host and a free port; kolo listens on MASTER_PORT+1) or "
         "KOLO_RENDEZVOUS_ADDR/KOLO_RENDEZVOUS_PORT, or start with kolorun");
   }
-  rv.hostServer = id.rank == 0;
+  // KOLO_RENDEZVOUS_HOSTED: the launcher (kolorun --mpi) serves the store.
+  rv.hostServer = id.rank == 0 && env.str("KOLO_RENDEZVOUS_HOSTED", "0") == "0";
   rv.secret = env.str("KOLO_SECRET_KEY");
   if (rv.secret.empty()) {
     // Not secret, but shared by the job's processes and different per job;

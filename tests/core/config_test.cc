@@ -147,6 +147,19 @@ TEST(LaunchInfo, SlurmAndMpirunIdentities) {
   EXPECT_EQ(m.identity.localRank, 1);
 }
 
+TEST(LaunchInfo, UnderKolorunMpiTheLauncherServesTheStore) {
+  auto env = std::map<std::string, std::string>{
+      {"OMPI_COMM_WORLD_RANK", "0"},         {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"KOLO_RENDEZVOUS_ADDR", "127.0.0.1"}, {"KOLO_RENDEZVOUS_PORT", "4000"},
+      {"KOLO_SECRET_KEY", "abc"},            {"KOLO_RENDEZVOUS_HOSTED", "1"}};
+  LaunchInfo info = launchInfoFromEnv(envOf(env));
+  EXPECT_FALSE(info.rendezvous.hostServer);  // rank 0 connects like every rank
+  EXPECT_EQ(info.rendezvous.port, 4000);
+  EXPECT_EQ(info.rendezvous.secret, "abc");
+  env.erase("KOLO_RENDEZVOUS_HOSTED");
+  EXPECT_TRUE(launchInfoFromEnv(envOf(env)).rendezvous.hostServer);
+}
+
 TEST(LaunchInfo, InconsistentOrMissingValuesAreClearErrors) {
   EXPECT_THROW(launchInfoFromEnv(envOf({{"KOLO_RANK", "2"}, {"KOLO_SIZE", "2"}})), InvalidArgument);
   EXPECT_THROW(launchInfoFromEnv(envOf({{"KOLO_RANK", "x"}, {"KOLO_SIZE", "2"}})), InvalidArgument);
