@@ -163,15 +163,7 @@ namespace {
 // only that tensor's name and shape: copying the whole response per tensor
 // made negotiating n fused tensors cost O(n^2).
 Response singleResponse(const Response& r, size_t i) {
-  Response single;
-  single.kind = r.kind;
-  single.op = r.op;
-  single.dtype = r.dtype;
-  single.device = r.device;
-  single.reduceOp = r.reduceOp;
-  single.prescale = r.prescale;
-  single.postscale = r.postscale;
-  single.root = r.root;
+  Response single = r.withoutTensors();
   single.names = {r.names[i]};
   single.shapes = {r.shapes[i]};
   if (r.names.size() == 1) single.rankDims = r.rankDims;

@@ -11,6 +11,19 @@ int64_t Response::totalElements() const {
   return n;
 }
 
+Response Response::withoutTensors() const {
+  Response r;
+  r.kind = kind;
+  r.op = op;
+  r.dtype = dtype;
+  r.device = device;
+  r.reduceOp = reduceOp;
+  r.prescale = prescale;
+  r.postscale = postscale;
+  r.root = root;
+  return r;
+}
+
 namespace {
 
 using FusionKey = std::tuple<uint8_t, uint8_t, uint8_t, double, double>;
@@ -97,16 +110,7 @@ std::vector<Response> fuseResponses(const std::vector<const Response*>& response
     }
     // A fused response holds only what fusion keeps equal (fusible), names
     // and shapes.
-    const Response& first = *responses[members[0]];
-    Response f;
-    f.kind = first.kind;
-    f.op = first.op;
-    f.dtype = first.dtype;
-    f.device = first.device;
-    f.reduceOp = first.reduceOp;
-    f.prescale = first.prescale;
-    f.postscale = first.postscale;
-    f.root = first.root;
+    Response f = responses[members[0]]->withoutTensors();
     f.names.reserve(members.size());
     f.shapes.reserve(members.size());
     for (size_t i : members) {

@@ -43,6 +43,9 @@ struct Response {
   int rankArg = -1;   // kJoinAck: the rank that joined; kJoinDone: last to join
 
   int64_t totalElements() const;
+  // The same kind, op, dtype, device, reduce op, scales and root, with no
+  // tensors (names, shapes, rankDims) and no error.
+  Response withoutTensors() const;
 };
 
 struct ResponseList {
