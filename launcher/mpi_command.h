@@ -34,9 +34,10 @@ inline const std::vector<std::string> kStoreVariables = {
 //   --tag-output                "[job,rank]<stdout>:" prefixes
 //   -x NAME=VALUE               every KOLO_* variable kolorun's flags set
 //                               (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi
-//                               included), then the user's -x as given
+//                               included)
 //   -x NAME                     with servesStore, each of kStoreVariables
 //                               (their values stay in the environment)
+//   -x ...                      then the user's -x as given
 //   --allow-run-as-root         when root
 //   remote: --rsh, --ssh-port and --ssh-identity-file become
 //   plm_rsh_agent / plm_rsh_args; --network-interface also restricts MPI's
