@@ -184,6 +184,9 @@ TEST(Mismatch, EveryKindFailsOnEveryRankWhileOthersComplete) {
 }
 
 TEST(Names, DuplicateNameInFlightIsRefusedAtEnqueue) {
+  // Rank 1 submits only after rank 0's second try, so rank 0's first 'dup'
+  // is surely still in flight then (it cannot complete without rank 1).
+  std::atomic<bool> tried{false};
   spawn(2, [&](int rank, Engine& engine) {
     std::vector<float> a(4, 1.0f), b(4, 1.0f);
     Entry ea{a.data(), a.data(), {}, {}};
@@ -197,7 +200,9 @@ TEST(Names, DuplicateNameInFlightIsRefusedAtEnqueue) {
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find("duplicate name 'dup'"), std::string::npos) << e.what();
       }
+      tried = true;
     } else {
+      while (!tried) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       h = engine.enqueue(makeRequest("dup", OpType::kAllreduce, DataType::kFloat32, {4}), ea);
     }
     h.wait();
