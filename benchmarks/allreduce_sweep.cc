@@ -170,11 +170,8 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
   }
 
   if (!opt.csv.empty()) {
-    std::FILE* csv = std::fopen(opt.csv.c_str(), "w");
-    if (!csv) {
-      fmt::print(stderr, "cannot write {}\n", opt.csv);
-      return 1;
-    }
+    auto file = kolo::bench::openForWriting(opt.csv);
+    std::FILE* csv = file.get();
     // Grouped by variant (one block each, as the plot script reads it).
     // memcpy's busbw_gbps column is its copy bandwidth, bytes / time.
     fmt::print(csv, "bytes,ranks,variant,seconds,busbw_gbps,seconds_min,seconds_max,trials\n");
@@ -185,7 +182,6 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
                    opt.trials);
       }
     }
-    std::fclose(csv);
   }
   return 0;
 }

@@ -1,7 +1,10 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
 
 namespace kolo::bench {
 
@@ -25,6 +28,12 @@ kolo::Config engineConfig(const std::string& backend) {
   config.cpuOperations = backend;
   config.logLevel = kolo::LogLevel::kError;
   return config;
+}
+
+OutputFile openForWriting(const std::string& path) {
+  OutputFile f(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!f) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  return f;
 }
 
 void sumFloats(void* out, const void* a, const void* b, size_t n) {

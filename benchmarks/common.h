@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,12 @@ kolo::Config engineConfig(const std::string& backend);
 // Which method runs at position i of trial t: a rotation, so no method is
 // always first (or always right after a particular other one) in a block.
 inline int turn(int i, int trial, int methods) { return (i + trial) % methods; }
+
+// A file opened for writing (results CSV), closed when it goes out of scope.
+// Throws std::runtime_error("cannot write PATH: <reason>") when it cannot be
+// created.
+using OutputFile = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+OutputFile openForWriting(const std::string& path);
 
 // Gloo reduce function for float32 sum (what an application would pass).
 void sumFloats(void* out, const void* a, const void* b, size_t n);

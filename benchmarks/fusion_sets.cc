@@ -185,10 +185,10 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
                "tensors", "MB", "backend", "kolo", "flat", "per-tensor", "kolo/flat",
                "kolo/per-tensor", "kolo cycles", "kolo bk calls");
   }
-  std::FILE* csv = nullptr;
-  if (job.rank() == 0 && !opt.csv.empty()) {
-    csv = std::fopen(opt.csv.c_str(), "w");
-    if (!csv) throw std::runtime_error("cannot write " + opt.csv);
+  kolo::bench::OutputFile file(nullptr, &std::fclose);
+  if (job.rank() == 0 && !opt.csv.empty()) file = kolo::bench::openForWriting(opt.csv);
+  std::FILE* csv = file.get();
+  if (csv) {
     fmt::print(csv,
                "set,tensors,bytes,backend,kolo_ms,flat_ms,per_tensor_ms,kolo_over_flat,"
                "kolo_over_per_tensor,kolo_cycles_per_step,kolo_backend_calls_per_step,"
@@ -239,7 +239,7 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
     }
     std::fflush(stdout);
   }
-  if (csv) std::fclose(csv);
+  file.reset();
   if (job.rank() != 0) return 0;
 
   // The targets, as ratios of this run.

@@ -114,19 +114,12 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
                kolo::bench::percentile(tm, 1.0) * 1e6);
   }
   auto both = [&](const char* a, const char* b) { return rows.count(a) && rows.count(b); };
-  if (both("kolo-mpi", "mpi")) {
-    const Row &k = rows["kolo-mpi"], &r = rows["mpi"];
-    fmt::print(
-        "kolo-mpi - mpi: median {:+.1f} us, p90 {:+.1f} us; kolo-mpi / mpi median = "
-        "{:.1f}\n",
-        k.median - r.median, k.p90 - r.p90, k.median / r.median);
-  }
-  if (both("kolo-gloo", "gloo")) {
-    const Row &k = rows["kolo-gloo"], &r = rows["gloo"];
-    fmt::print(
-        "kolo-gloo - gloo: median {:+.1f} us, p90 {:+.1f} us; kolo-gloo / gloo median = "
-        "{:.1f}\n",
-        k.median - r.median, k.p90 - r.p90, k.median / r.median);
+  for (const std::string raw : {"mpi", "gloo"}) {
+    const std::string kolo = "kolo-" + raw;
+    if (!both(kolo.c_str(), raw.c_str())) continue;
+    const Row &k = rows[kolo], &r = rows[raw];
+    fmt::print("{} - {}: median {:+.1f} us, p90 {:+.1f} us; {} / {} median = {:.1f}\n", kolo, raw,
+               k.median - r.median, k.p90 - r.p90, kolo, raw, k.median / r.median);
   }
   if (rows.count("kolo-mpi")) {
     const double k = rows["kolo-mpi"].median;
@@ -140,18 +133,14 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
   }
 
   if (!opt.csv.empty()) {
-    std::FILE* csv = std::fopen(opt.csv.c_str(), "w");
-    if (!csv) {
-      fmt::print(stderr, "cannot write {}\n", opt.csv);
-      return 1;
-    }
+    auto file = kolo::bench::openForWriting(opt.csv);
+    std::FILE* csv = file.get();
     fmt::print(csv, "variant,median_us,p90_us,mean_us,min_us,samples\n");
     for (const auto& name : opt.methods) {
       const Row& r = rows[name];
       fmt::print(csv, "{},{:.3f},{:.3f},{:.3f},{:.3f},{}\n", name, r.median, r.p90, r.mean, r.min,
                  samples[name].size());
     }
-    std::fclose(csv);
   }
   return 0;
 }

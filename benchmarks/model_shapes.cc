@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bert_base.h"
+#include "common.h"
 #include "resnet.h"
 
 int main(int argc, char** argv) {
@@ -30,11 +31,14 @@ int main(int argc, char** argv) {
   } else {
     net = makeBertBase();
   }
-  std::FILE* f = std::fopen(out.c_str(), "w");
-  if (!f) {
-    fmt::print(stderr, "cannot write {}\n", out);
+  kolo::bench::OutputFile file(nullptr, &std::fclose);
+  try {
+    file = kolo::bench::openForWriting(out);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
+  std::FILE* f = file.get();
   fmt::print(f, "name,shape,numel\n");
   int64_t total = 0;
   const auto params = net->named_parameters();
@@ -44,7 +48,7 @@ int main(int argc, char** argv) {
     fmt::print(f, "{},{},{}\n", p.key(), shape, p.value().numel());
     total += p.value().numel();
   }
-  std::fclose(f);
+  file.reset();
   fmt::print("{}: {} tensors, {} values -> {}\n", model, params.size(), total, out);
   return 0;
 }

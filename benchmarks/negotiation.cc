@@ -221,11 +221,8 @@ int run(int argc, char** argv) {
   }
 
   if (!opt.csv.empty()) {
-    std::FILE* csv = std::fopen(opt.csv.c_str(), "w");
-    if (!csv) {
-      fmt::print(stderr, "cannot write {}\n", opt.csv);
-      return 1;
-    }
+    auto file = kolo::bench::openForWriting(opt.csv);
+    std::FILE* csv = file.get();
     // Grouped by mode, then ranks (one block per plotted line).
     fmt::print(csv,
                "mode,ranks,tensors,capacity,step_ms,cycle_us,cycles_per_step,"
@@ -243,7 +240,6 @@ int run(int argc, char** argv) {
         }
       }
     }
-    std::fclose(csv);
   }
   return 0;
 }

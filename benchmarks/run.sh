@@ -92,15 +92,21 @@ plot() {  # plot NAME: benchmarks/NAME.gp reads results/NAME.csv, writes results
   fi
 }
 
-part_sweep() {
-  have_mpi || { echo "sweep: needs MPI (KOLO_WITH_MPI and mpirun); skipped"; return; }
-  build bench_allreduce_sweep
-  log "sweep (load average $(loadavg))"
-  # shellcheck disable=SC2086
-  "${MPIRUN[@]}" "$BIN/bench_allreduce_sweep" --csv "$RESULTS/sweep.csv" ${SWEEP_ARGS:-}
+# mpi_part NAME PROGRAM [ARGS...]: builds PROGRAM, runs it on 2 ranks under
+# mpirun writing results/NAME.csv, and plots it.
+mpi_part() {
+  local name=$1 program=$2
+  shift 2
+  have_mpi || { echo "$name: needs MPI (KOLO_WITH_MPI and mpirun); skipped"; return; }
+  build "$program"
+  log "$name (load average $(loadavg))"
+  "${MPIRUN[@]}" "$BIN/$program" --csv "$RESULTS/$name.csv" "$@"
   echo "load average after: $(loadavg)"
-  plot sweep
+  plot "$name"
 }
+
+# shellcheck disable=SC2086
+part_sweep() { mpi_part sweep bench_allreduce_sweep ${SWEEP_ARGS:-}; }
 
 # Gradient shapes from the model definitions (LibTorch); the CSVs in
 # results/ are kept, so the fusion part also runs in builds without LibTorch.
@@ -128,23 +134,12 @@ part_fusion() {
       echo "fusion: no $RESULTS/shapes-$model.csv (needs a LibTorch build once); skipping $model"
     fi
   done
-  log "fusion (load average $(loadavg))"
   # shellcheck disable=SC2086
-  "${MPIRUN[@]}" "$BIN/bench_fusion_sets" "${sets[@]}" --csv "$RESULTS/fusion.csv" \
-    ${FUSION_ARGS:-}
-  echo "load average after: $(loadavg)"
-  plot fusion
+  mpi_part fusion bench_fusion_sets "${sets[@]}" ${FUSION_ARGS:-}
 }
 
-part_latency() {
-  have_mpi || { echo "latency: needs MPI (KOLO_WITH_MPI and mpirun); skipped"; return; }
-  build bench_latency
-  log "latency (load average $(loadavg))"
-  # shellcheck disable=SC2086
-  "${MPIRUN[@]}" "$BIN/bench_latency" --csv "$RESULTS/latency.csv" ${LATENCY_ARGS:-}
-  echo "load average after: $(loadavg)"
-  plot latency
-}
+# shellcheck disable=SC2086
+part_latency() { mpi_part latency bench_latency ${LATENCY_ARGS:-}; }
 
 part_negotiation() {
   build bench_negotiation
