@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "message.h"
+#include "negotiation/message.h"
 #include "rendezvous/protocol.h"
 #include "wire/wire.h"
 

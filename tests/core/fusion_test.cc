@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "fusion.h"
-#include "message_table.h"
-#include "response_cache.h"
+#include "execution/fusion.h"
+#include "negotiation/message_table.h"
+#include "negotiation/response_cache.h"
 
 namespace kolo {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/ops_util.h"
 #include "harness/harness.h"
-#include "stall_inspector.h"
+#include "negotiation/stall_inspector.h"
 
 namespace kolo::test {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kolo/engine.h"
-#include "reduce.h"
+#include "execution/reduce.h"
 
 namespace kolo::test {
 

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "executor.h"
-#include "reduce.h"
+#include "execution/executor.h"
+#include "execution/reduce.h"
 
 namespace kolo {
 namespace {

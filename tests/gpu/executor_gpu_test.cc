@@ -18,7 +18,7 @@
 #include "gpu_test_util.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
-#include "reduce.h"
+#include "execution/reduce.h"
 
 namespace kolo::test {
 namespace {

@@ -15,7 +15,7 @@
 #include "comm/cuda/staged_collectives.h"
 #include "comm/select.h"
 #include "comm/test_values.h"
-#include "executor.h"
+#include "execution/executor.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
 #if KOLO_WITH_NCCL

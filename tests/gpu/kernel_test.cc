@@ -11,7 +11,7 @@
 #include "comm/cuda/device_set.h"
 #include "comm/test_values.h"
 #include "gpu_test_util.h"
-#include "reduce.h"
+#include "execution/reduce.h"
 
 namespace kolo::test {
 namespace {

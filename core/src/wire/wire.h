@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "message.h"
+#include "negotiation/message.h"
 
 namespace kolo::wire {
 

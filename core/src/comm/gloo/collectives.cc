@@ -14,7 +14,7 @@
 #include <gloo/types.h>
 
 #include "kolo/error.h"
-#include "reduce.h"
+#include "execution/reduce.h"
 
 namespace kolo::comm::gloo {
 namespace {

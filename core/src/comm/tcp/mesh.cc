@@ -16,7 +16,7 @@
 #include <random>
 
 #include "kolo/error.h"
-#include "ranks_text.h"
+#include "common/ranks_text.h"
 
 namespace kolo::comm::tcp {
 namespace {

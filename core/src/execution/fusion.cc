@@ -1,4 +1,4 @@
-#include "fusion.h"
+#include "execution/fusion.h"
 
 #include <map>
 #include <tuple>

@@ -5,7 +5,7 @@
 #include <exception>
 #include <string>
 
-#include "controller.h"
+#include "negotiation/controller.h"
 #include "kolo/config.h"
 #include "kolo/error.h"
 #include "kolo/store.h"

@@ -1,7 +1,7 @@
 // Engine's background loop: drain, negotiate, execute, complete (loop thread).
 #include <algorithm>
 
-#include "engine_impl.h"
+#include "engine/engine_impl.h"
 
 namespace kolo {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "message.h"
+#include "negotiation/message.h"
 
 namespace kolo {
 

@@ -1,4 +1,4 @@
-#include "reduce.h"
+#include "execution/reduce.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
 // Engine: construction, rendezvous and the caller-side API (any thread).
-#include "engine_impl.h"
+#include "engine/engine_impl.h"
 
 namespace kolo {
 

@@ -1,8 +1,8 @@
-#include "controller.h"
+#include "negotiation/controller.h"
 
 #include <cstring>
 
-#include "fusion.h"
+#include "execution/fusion.h"
 #include "wire/wire.h"
 
 namespace kolo {

@@ -1,5 +1,5 @@
 // Engine: autotuning, stall checks and the timeline (loop thread).
-#include "engine_impl.h"
+#include "engine/engine_impl.h"
 
 namespace kolo {
 

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "comm/collectives.h"
-#include "fusion.h"
+#include "execution/fusion.h"
 #include "kolo/engine.h"
-#include "message.h"
-#include "pending.h"
+#include "negotiation/message.h"
+#include "engine/pending.h"
 #include "timeline/timeline.h"
 
 namespace kolo {

@@ -1,4 +1,4 @@
-#include "handle_state.h"
+#include "engine/handle_state.h"
 #include "kolo/engine.h"
 
 namespace kolo {

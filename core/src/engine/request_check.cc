@@ -1,4 +1,4 @@
-#include "request_check.h"
+#include "engine/request_check.h"
 
 namespace kolo {
 

@@ -12,7 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "pending.h"
+#include "engine/pending.h"
 
 namespace kolo {
 

@@ -14,14 +14,14 @@
 
 #include "autotune/autotuner.h"
 #include "comm/select.h"
-#include "controller.h"
-#include "executor.h"
-#include "failure.h"
-#include "logging.h"
+#include "negotiation/controller.h"
+#include "execution/executor.h"
+#include "engine/failure.h"
+#include "common/logging.h"
 #include "kolo/tcp_store.h"
-#include "request_check.h"
-#include "stall_inspector.h"
-#include "tensor_queue.h"
+#include "engine/request_check.h"
+#include "negotiation/stall_inspector.h"
+#include "engine/tensor_queue.h"
 #include "timeline/timeline.h"
 
 namespace kolo {

@@ -23,9 +23,9 @@
 #include "comm/control_channel.h"
 #include "kolo/config.h"
 #include "kolo/engine.h"
-#include "message.h"
-#include "message_table.h"
-#include "response_cache.h"
+#include "negotiation/message.h"
+#include "negotiation/message_table.h"
+#include "negotiation/response_cache.h"
 
 namespace kolo {
 

@@ -1,9 +1,9 @@
-#include "failure.h"
+#include "engine/failure.h"
 
 #include <thread>
 #include <vector>
 
-#include "ranks_text.h"
+#include "common/ranks_text.h"
 
 namespace kolo {
 namespace {

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "message.h"
+#include "negotiation/message.h"
 
 namespace kolo {
 

@@ -1,4 +1,4 @@
-#include "tensor_queue.h"
+#include "engine/tensor_queue.h"
 
 namespace kolo {
 

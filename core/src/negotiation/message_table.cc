@@ -1,4 +1,4 @@
-#include "message_table.h"
+#include "negotiation/message_table.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "stall_inspector.h"
+#include "negotiation/stall_inspector.h"
 
 #include <algorithm>
 #include <cstring>

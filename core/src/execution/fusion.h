@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "message.h"
+#include "negotiation/message.h"
 
 namespace kolo {
 

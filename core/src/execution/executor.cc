@@ -1,9 +1,9 @@
-#include "executor.h"
+#include "execution/executor.h"
 
 #include <cstring>
 #include <limits>
 
-#include "reduce.h"
+#include "execution/reduce.h"
 
 namespace kolo {
 namespace {

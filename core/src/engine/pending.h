@@ -5,8 +5,8 @@
 #include <chrono>
 #include <memory>
 
-#include "handle_state.h"
-#include "message.h"
+#include "engine/handle_state.h"
+#include "negotiation/message.h"
 
 namespace kolo {
 
