@@ -9,7 +9,8 @@ namespace kolo::test {
 const DataType kAllDataTypes[kNumDataTypes] = {
     DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
     DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-    DataType::kInt8,     DataType::kUInt8,   DataType::kBool};
+    DataType::kInt8,     DataType::kUInt8,   DataType::kBool,
+    DataType::kInt16};
 const ReduceOp kReduceOps[4] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 namespace {
@@ -97,6 +98,8 @@ void TypedBuffer::set(size_t i, double v) {
       return put(p, static_cast<int32_t>(v));
     case DataType::kInt64:
       return put(p, static_cast<int64_t>(v));
+    case DataType::kInt16:
+      return put(p, static_cast<int16_t>(v));
     case DataType::kInt8:
       return put(p, static_cast<int8_t>(v));
     case DataType::kUInt8:
@@ -121,6 +124,8 @@ double TypedBuffer::get(size_t i) const {
       return take<int32_t>(p);
     case DataType::kInt64:
       return static_cast<double>(take<int64_t>(p));
+    case DataType::kInt16:
+      return take<int16_t>(p);
     case DataType::kInt8:
       return take<int8_t>(p);
     case DataType::kUInt8:

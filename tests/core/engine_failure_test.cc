@@ -132,9 +132,20 @@ TEST(BadInput, RefusedAtEnqueueWithTheReason) {
     expectInvalid(b, ok, "root rank 5 is not a rank (size 2)");
     expectInvalid(makeRequest("boolavg", OpType::kAllreduce, DataType::kBool, {4}, ReduceOp::kAverage),
                   Entry{bv.data(), bv.data(), {}, {}}, "average is not defined for bool");
-    Request iq = makeRequest("intscale", OpType::kAllreduce, DataType::kInt32, {4});
-    iq.prescale = 0.5;
-    expectInvalid(iq, Entry{iv.data(), iv.data(), {}, {}}, "need a floating-point tensor");
+    Request bq = makeRequest("boolscale", OpType::kAllreduce, DataType::kBool, {4});
+    bq.prescale = 0.5;
+    expectInvalid(bq, Entry{bv.data(), bv.data(), {}, {}},
+                  "prescale/postscale factors are not defined for bool tensors");
+    Request iq = makeRequest("intadasum", OpType::kAllreduce, DataType::kInt32, {4},
+                             ReduceOp::kAdasum);
+    expectInvalid(iq, Entry{iv.data(), iv.data(), {}, {}},
+                  "Adasum needs a floating-point tensor (float16, bfloat16, float32 or float64), "
+                  "got int32");
+    Request rq = makeRequest("rsadasum", OpType::kReducescatter, DataType::kFloat32, {4},
+                             ReduceOp::kAdasum);
+    Entry re{v.data(), nullptr,
+             [&](const std::vector<int64_t>&) { return static_cast<void*>(v.data()); }, {}};
+    expectInvalid(rq, re, "Adasum is an allreduce operation only");
     Request a = makeRequest("splits", OpType::kAlltoall, DataType::kFloat32, {4});
     a.splits = {1, 1};
     Entry ae{v.data(), nullptr, [&](const std::vector<int64_t>&) { return static_cast<void*>(v.data()); }, {}};

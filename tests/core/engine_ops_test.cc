@@ -13,7 +13,8 @@ namespace {
 
 const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                DataType::kBFloat16, DataType::kInt32,  DataType::kInt64,
-                               DataType::kInt8,    DataType::kUInt8,  DataType::kBool};
+                               DataType::kInt8,    DataType::kUInt8,  DataType::kBool,
+                               DataType::kInt16};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 
@@ -166,6 +167,108 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string("np") + std::to_string(std::get<0>(info.param)) + "_" +
              toString(std::get<1>(info.param));
     });
+
+// Horovod's scaling rules, written out independently of kolo's reduce.cc:
+// each rank scales its input (integers in float64 truncated, float16/bfloat16
+// in float32, float32 in float32), the sum is taken in the dtype, then the
+// postscale (average: postscale / size; integers without a postscale: an
+// exact truncating division).
+double horovodScale(DataType dtype, double v, double f) {
+  switch (dtype) {
+    case DataType::kFloat32:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return wrapTo(dtype, static_cast<float>(v) * static_cast<float>(f));
+    case DataType::kFloat64: return v * f;
+    default: return wrapTo(dtype, std::trunc(v * f));
+  }
+}
+
+class EngineScaling : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineScaling, IntegerAndHalfScalesLikeHorovodOnAllreduceGroupsAndReducescatter) {
+  const int size = GetParam();
+  const DataType dtypes[] = {DataType::kInt64, DataType::kInt32, DataType::kInt16,
+                             DataType::kInt8,  DataType::kUInt8, DataType::kFloat16,
+                             DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
+  const size_t n = 2 * static_cast<size_t>(size) + 3;  // rows of one element
+  auto valueOf = [](DataType dtype, int rank, size_t i) {
+    const int v = static_cast<int>((rank * 37 + i * 11) % 41) - 20;  // -20..20
+    return dtype == DataType::kUInt8 ? std::abs(v) : v;
+  };
+  spawn(size, [&](int rank, Engine& engine) {
+    for (DataType dtype : dtypes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+        for (double post : {1.0, 1.7}) {
+          const double pre = 0.37;
+          auto expected = [&](size_t i) {
+            // Summed in rank order, rounded to the dtype at each step (the
+            // order of Gloo's small-message allreduce).
+            double sum = horovodScale(dtype, valueOf(dtype, 0, i), pre);
+            for (int r = 1; r < size; ++r) {
+              sum = wrapTo(dtype, sum + horovodScale(dtype, valueOf(dtype, r, i), pre));
+            }
+            if (op == ReduceOp::kAverage && !isFloatingPoint(dtype) && post == 1.0) {
+              return static_cast<double>(static_cast<int64_t>(sum) / size);
+            }
+            return horovodScale(dtype, sum, op == ReduceOp::kAverage ? post / size : post);
+          };
+          std::vector<char> a(n * elementSize(dtype)), g(n * elementSize(dtype)),
+              rs(n * elementSize(dtype));
+          for (size_t i = 0; i < n; ++i) {
+            store(dtype, a.data(), i, valueOf(dtype, rank, i));
+            store(dtype, g.data(), i, valueOf(dtype, rank, i));
+          }
+          const std::string tag = std::string(toString(dtype)) + toString(op) +
+                                  std::to_string(post);
+          Request q = makeRequest("scale." + tag, OpType::kAllreduce, dtype,
+                                  {static_cast<int64_t>(n)}, op);
+          q.prescale = pre;
+          q.postscale = post;
+          // Grouped: two tensors fused with the plain one's twin.
+          Request g0 = q, g1 = q;
+          g0.name = "scale.g0." + tag;
+          g1.name = "scale.g1." + tag;
+          std::vector<char> g1buf = a;
+          Handle h = engine.enqueue(q, inPlace(a));
+          std::vector<Handle> gh = engine.enqueueGroup({g0, g1}, {inPlace(g), inPlace(g1buf)});
+          Request r = q;
+          r.name = "scale.rs." + tag;
+          r.op = OpType::kReducescatter;
+          std::vector<char> rsIn = g1buf;  // still the input: the group has not run yet
+          for (size_t i = 0; i < n; ++i) store(dtype, rsIn.data(), i, valueOf(dtype, rank, i));
+          Entry re;
+          re.input = rsIn.data();
+          re.allocate = [&](const std::vector<int64_t>&) { return static_cast<void*>(rs.data()); };
+          Handle rh = engine.enqueue(r, re);
+          h.wait();
+          for (auto& x : gh) x.wait();
+          rh.wait();
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(load(dtype, a.data(), i), expected(i)) << tag << " allreduce i=" << i;
+            ASSERT_EQ(load(dtype, g.data(), i), expected(i)) << tag << " grouped i=" << i;
+            ASSERT_EQ(load(dtype, g1buf.data(), i), expected(i)) << tag << " grouped i=" << i;
+          }
+          const int64_t mine = rh.outputShape()[0];
+          int64_t first = 0;
+          const int64_t rows = static_cast<int64_t>(n);
+          for (int k = 0; k < rank; ++k) first += rows / size + (k < rows % size ? 1 : 0);
+          for (int64_t i = 0; i < mine; ++i) {
+            // The ring reduce-scatter sums in another order: 16-bit floats may
+            // round differently there.
+            const double want = expected(static_cast<size_t>(first + i));
+            ASSERT_NEAR(load(dtype, rs.data(), static_cast<size_t>(i)), want,
+                        4 * tolerance(dtype) * std::max(1.0, std::fabs(want)))
+                << tag << " reducescatter row " << first + i;
+          }
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineScaling, ::testing::Values(2, 3),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
 
 TEST(EngineOpsLarge, EightRanksLargeFloatAverageWithScales) {
   const size_t n = (1 << 18) + 3;

@@ -34,6 +34,7 @@ inline void store(DataType dtype, void* buf, size_t i, double v) {
       break;
     case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
     case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
     case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
     case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0; break;
@@ -48,6 +49,7 @@ inline double load(DataType dtype, const void* buf, size_t i) {
     case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
     case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
     case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
     case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
     case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
     case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];

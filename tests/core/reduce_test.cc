@@ -36,12 +36,54 @@ TEST(Reduce, NeutralElementsLeaveTheOtherSideUnchanged) {
     fillNeutral(neutral, 3, DataType::kFloat32, op);
     reduceElements(out, vals, neutral, 3, DataType::kFloat32, op);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], vals[i]) << toString(op);
+    int16_t sv[2] = {-32768, 32767}, n16[2], o16[2];
+    fillNeutral(n16, 2, DataType::kInt16, op);
+    reduceElements(o16, sv, n16, 2, DataType::kInt16, op);
+    EXPECT_EQ(o16[0], -32768) << toString(op);
+    EXPECT_EQ(o16[1], 32767) << toString(op);
     int8_t iv[2] = {-128, 127}, in8[2], o8[2];
     fillNeutral(in8, 2, DataType::kInt8, op);
     reduceElements(o8, iv, in8, 2, DataType::kInt8, op);
     EXPECT_EQ(o8[0], -128);
     EXPECT_EQ(o8[1], 127);
   }
+}
+
+// Horovod's CPU scaling: integers in float64 truncated toward zero, float16
+// (and bfloat16) in float32, float32 in float32, float64 in float64.
+TEST(Scale, FollowsHorovodArithmeticPerDtype) {
+  int32_t i32[4] = {7, -7, 100, -1};
+  scaleElements(i32, 4, DataType::kInt32, 0.5);
+  EXPECT_EQ((std::vector<int32_t>(i32, i32 + 4)), (std::vector<int32_t>{3, -3, 50, 0}));
+  int16_t i16[3] = {-301, 3000, 5};
+  scaleElements(i16, 3, DataType::kInt16, 0.1);
+  EXPECT_EQ((std::vector<int16_t>(i16, i16 + 3)), (std::vector<int16_t>{-30, 300, 0}));
+  int64_t i64[2] = {int64_t(1) << 52, -9};
+  scaleElements(i64, 2, DataType::kInt64, 3.0);
+  EXPECT_EQ(i64[0], int64_t(3) << 52);
+  EXPECT_EQ(i64[1], -27);
+  uint8_t u8[2] = {200, 9};
+  scaleElements(u8, 2, DataType::kUInt8, 1.5);  // 300 wraps like a C cast: 44
+  EXPECT_EQ(u8[0], 44);
+  EXPECT_EQ(u8[1], 13);
+  bool sawDifference = false;
+  for (int k = 1; k < 2000; ++k) {
+    const double f = 0.123456789 * k / 7.0;
+    const float x = static_cast<float>(k) * 0.37f - 50.0f;
+    float a = x;
+    scaleElements(&a, 1, DataType::kFloat32, f);
+    EXPECT_EQ(a, x * static_cast<float>(f)) << k;  // float math, factor rounded to float
+    sawDifference |= a != static_cast<float>(static_cast<double>(x) * f);
+    uint16_t h = floatToHalf(x);
+    scaleElements(&h, 1, DataType::kFloat16, f);
+    EXPECT_EQ(h, floatToHalf(halfToFloat(floatToHalf(x)) * static_cast<float>(f))) << k;
+    double d = x;
+    scaleElements(&d, 1, DataType::kFloat64, f);
+    EXPECT_EQ(d, static_cast<double>(x) * f);
+  }
+  EXPECT_TRUE(sawDifference) << "float32 scaling must not be done in double";
+  uint8_t b[1] = {1};
+  EXPECT_THROW(scaleElements(b, 1, DataType::kBool, 2.0), Internal);
 }
 
 }  // namespace

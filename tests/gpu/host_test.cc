@@ -70,7 +70,10 @@ TEST(GpuCopyTransform, FollowsTheDtype) {
   EXPECT_EQ(comm::cuda::makeTransform(DataType::kFloat32, 1.0).kind, Kind::kCopy);
   EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt64, 1.0, 4).kind, Kind::kDivide);
   EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt8, 1.0, 1).kind, Kind::kCopy);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kInt32, 0.5), InvalidArgument);
+  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt32, 0.5).kind, Kind::kScale);
+  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt16, 1.0, 3).kind, Kind::kDivide);
+  EXPECT_THROW(comm::cuda::makeTransform(DataType::kBool, 0.5), InvalidArgument);
+  EXPECT_THROW(comm::cuda::makeTransform(DataType::kInt32, 0.5, 2), InvalidArgument);
   EXPECT_THROW(comm::cuda::makeTransform(DataType::kFloat64, 1.0, 2), InvalidArgument);
   EXPECT_THROW(comm::cuda::makeTransform(DataType::kBool, 1.0, 2), InvalidArgument);
   EXPECT_THROW(comm::cuda::makeTransform(DataType::kInt32, 1.0, 0), InvalidArgument);
@@ -109,6 +112,8 @@ TEST(NcclTypes, EveryDtypeMaps) {
   EXPECT_EQ(comm::nccl::toNcclType(DataType::kInt8), ncclInt8);
   EXPECT_EQ(comm::nccl::toNcclType(DataType::kUInt8), ncclUint8);
   EXPECT_EQ(comm::nccl::toNcclType(DataType::kBool), ncclUint8);
+  // No 16-bit integer in NCCL: a 2-byte carrier for data movement only.
+  EXPECT_EQ(comm::nccl::toNcclType(DataType::kInt16), ncclFloat16);
   EXPECT_THROW(comm::nccl::toNcclType(static_cast<DataType>(42)), InvalidArgument);
 }
 
@@ -122,6 +127,8 @@ TEST(NcclTypes, ReduceOpsIncludingBoolAndAverage) {
   EXPECT_EQ(toNcclOp(ReduceOp::kProduct, DataType::kBool), ncclMin);  // logical and
   EXPECT_EQ(toNcclOp(ReduceOp::kAverage, DataType::kFloat16), ncclAvg);
   EXPECT_THROW(toNcclOp(ReduceOp::kAverage, DataType::kInt64), InvalidArgument);
+  EXPECT_THROW(toNcclOp(ReduceOp::kSum, DataType::kInt16), InvalidArgument);
+  EXPECT_THROW(toNcclOp(ReduceOp::kAdasum, DataType::kFloat32), InvalidArgument);
   EXPECT_THROW(toNcclOp(static_cast<ReduceOp>(9), DataType::kFloat32), InvalidArgument);
 }
 

@@ -88,10 +88,11 @@ TEST(GpuBatchedCopy, PlainCopyEveryDtype) {
   }
 }
 
-TEST(GpuBatchedCopy, ScaleFloatingTypes) {
+TEST(GpuBatchedCopy, ScaleEveryNumericType) {
   KOLO_REQUIRE_GPU();
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                         DataType::kBFloat16}) {
+                         DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
+                         DataType::kInt16, DataType::kInt8, DataType::kUInt8}) {
     for (double scale : {0.5, 0.125, 3.0, 1.0 / 3.0}) {
       packUnpackRoundTrip(dtype, comm::cuda::makeTransform(dtype, scale),
                           comm::cuda::makeTransform(dtype, 1.0 / scale), false);
@@ -101,7 +102,8 @@ TEST(GpuBatchedCopy, ScaleFloatingTypes) {
 
 TEST(GpuBatchedCopy, DivideIntegerTypes) {
   KOLO_REQUIRE_GPU();
-  for (DataType dtype : {DataType::kInt32, DataType::kInt64, DataType::kInt8, DataType::kUInt8}) {
+  for (DataType dtype : {DataType::kInt32, DataType::kInt64, DataType::kInt16, DataType::kInt8,
+                         DataType::kUInt8}) {
     packUnpackRoundTrip(dtype, CopyTransform{}, comm::cuda::makeTransform(dtype, 1.0, 3), false);
   }
 }

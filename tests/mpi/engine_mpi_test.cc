@@ -49,7 +49,8 @@ TEST(EngineMpi, AllreduceEveryDtypeAndOp) {
   const int n = engine->size(), rank = engine->rank();
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                              DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                             DataType::kInt8,    DataType::kUInt8,   DataType::kBool};
+                             DataType::kInt8,    DataType::kUInt8,   DataType::kBool,
+                             DataType::kInt16};
   for (DataType dtype : dtypes) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       const size_t count = 1000;
@@ -64,6 +65,37 @@ TEST(EngineMpi, AllreduceEveryDtypeAndOp) {
       }
     }
   }
+}
+
+// Adasum over MPI's data plane, two tensors fused: orthogonal gradients add
+// up; parallel ones (g_r = (r+1) v) combine like averages up the documented
+// tree (ranks p.. fold into 0.., then pairs), which is the plain average for
+// a power-of-two size.
+TEST(EngineMpi, AdasumOrthogonalAddsParallelAverages) {
+  auto engine = mpiEngine();
+  const int n = engine->size(), rank = engine->rank();
+  std::vector<float> orth(static_cast<size_t>(n), 0.0f);
+  orth[static_cast<size_t>(rank)] = 1.0f + rank;
+  std::vector<float> par = {1.0f * (rank + 1), -2.0f * (rank + 1), 0.5f * (rank + 1)};
+  std::vector<Request> q = {
+      makeRequest("adasum.orth", OpType::kAllreduce, DataType::kFloat32, {n}, ReduceOp::kAdasum),
+      makeRequest("adasum.par", OpType::kAllreduce, DataType::kFloat32, {3}, ReduceOp::kAdasum)};
+  for (Handle& h : engine->enqueueGroup(q, {Entry{orth.data(), orth.data(), {}, {}},
+                                            Entry{par.data(), par.data(), {}, {}}})) {
+    h.wait();
+  }
+  for (int r = 0; r < n; ++r) EXPECT_NEAR(orth[static_cast<size_t>(r)], 1.0f + r, 1e-6) << r;
+  std::vector<double> w(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) w[static_cast<size_t>(r)] = r + 1.0;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  for (int i = 0; i + p < n; ++i) w[i] = (w[i] + w[p + i]) / 2;
+  for (int step = 1; step < p; step *= 2) {
+    for (int k = 0; k + step < p; k += 2 * step) w[k] = (w[k] + w[k + step]) / 2;
+  }
+  EXPECT_NEAR(par[0], 1.0 * w[0], 1e-5);
+  EXPECT_NEAR(par[1], -2.0 * w[0], 1e-5);
+  EXPECT_NEAR(par[2], 0.5 * w[0], 1e-5);
 }
 
 TEST(EngineMpi, AllgatherAndBroadcast) {

@@ -14,7 +14,7 @@ hvd.init()
 
 # float types first: the ones Average and scale factors accept.
 FLOAT_TYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-INT_TYPES = [torch.int32, torch.int64, torch.int8, torch.uint8]
+INT_TYPES = [torch.int32, torch.int64, torch.int8, torch.uint8, torch.int16]
 ALL_TYPES = FLOAT_TYPES + INT_TYPES + [torch.bool]
 SHAPES = [(), (5,), (3, 4), (2, 3, 2)]
 

@@ -67,15 +67,15 @@ def test_async_error_surfaces_at_synchronize():
 @pytest.mark.parametrize("make,needle", [
     (lambda: hvd.allreduce(torch.zeros(2, dtype=torch.complex64), name="err.cplx"),
      "dtype ComplexFloat is not supported"),
-    (lambda: hvd.allgather(torch.zeros(2, dtype=torch.int16), name="err.short"),
-     "allgather 'err.short': dtype Short is not supported"),
+    (lambda: hvd.allgather(torch.zeros(2, dtype=torch.complex128), name="err.cdouble"),
+     "allgather 'err.cdouble': dtype ComplexDouble is not supported"),
     (lambda: hvd.allreduce(torch.eye(3).to_sparse(), name="err.sparse"), "only dense"),
-    (lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum, prescale_factor=2.0,
-                           name="err.intscale"), "floating-point"),
+    (lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, prescale_factor=2.0,
+                           name="err.boolscale"), "not defined for bool tensors"),
     (lambda: hvd.broadcast(torch.ones(2), 17, name="err.badroot"), "root rank 17"),
     (lambda: hvd.allreduce(torch.empty(2, device="meta"), name="err.meta"),
      "must be on the CPU or a CUDA device, got meta"),
-], ids=["complex", "int16", "sparse", "intscale", "badroot", "meta"])
+], ids=["complex", "complex128", "sparse", "boolscale", "badroot", "meta"])
 def test_bad_tensors_are_value_errors(make, needle):
     with pytest.raises(ValueError) as info:
         make()
@@ -85,9 +85,16 @@ def test_bad_tensors_are_value_errors(make, needle):
 
 
 def test_duplicate_name_in_flight():
-    h = hvd.allreduce_async(torch.ones(2), name="err.dup")
-    with pytest.raises(hvd.KoloInvalidArgumentError, match="err.dup"):
-        hvd.allreduce_async(torch.ones(2), name="err.dup")
+    # Only rank 0 checks, while the others hold their 'err.dup' back until
+    # it has tried the duplicate: otherwise the first one may already have
+    # completed (every rank submitted it) when rank 0 submits the second.
+    if hvd.rank() == 0:
+        h = hvd.allreduce_async(torch.ones(2), name="err.dup")
+        with pytest.raises(hvd.KoloInvalidArgumentError, match="err.dup"):
+            hvd.allreduce_async(torch.ones(2), name="err.dup")
+    hvd.barrier()
+    if hvd.rank() != 0:
+        h = hvd.allreduce_async(torch.ones(2), name="err.dup")
     hvd.synchronize(h)
 
 

@@ -23,7 +23,8 @@ class TorchCollectives : public ::testing::Test {
 
 const std::vector<at::ScalarType> kAllTypes = {at::kFloat, at::kDouble, at::kHalf,
                                                at::kBFloat16, at::kInt,  at::kLong,
-                                               at::kChar,  at::kByte,   at::kBool};
+                                               at::kShort, at::kChar,   at::kByte,
+                                               at::kBool};
 
 std::string typeName(at::ScalarType t) { return c10::toString(t); }
 
@@ -81,6 +82,15 @@ TEST_F(TorchCollectives, AllreduceAverageAndScaleFactors) {
       // (1*0.5 + 3*0.5) * 4 = 8
       at::Tensor scaled = ctx.allreduce(t, kt::Sum, "scaled." + typeName(type), 0.5, 4.0);
       EXPECT_TRUE(torch::equal(scaled, torch::full({5}, 8.0).to(type))) << typeName(type);
+    }
+    // Integers: scaled in float64 and truncated, per rank before the sum and
+    // once after it (Horovod's rule): trunc(1*0.5)+trunc(3*0.5) = 1, then 4.
+    for (at::ScalarType type : {at::kInt, at::kLong, at::kShort, at::kChar, at::kByte}) {
+      at::Tensor t = torch::full({5}, rank == 0 ? 1 : 3, at::kLong).to(type);
+      at::Tensor scaled = ctx.allreduce(t, kt::Sum, "iscaled." + typeName(type), 0.5, 4.0);
+      EXPECT_TRUE(torch::equal(scaled, torch::full({5}, 4, at::kLong).to(type))) << typeName(type);
+      at::Tensor avg = ctx.allreduce(t, kt::Average, "iavg." + typeName(type));
+      EXPECT_TRUE(torch::equal(avg, torch::full({5}, 2, at::kLong).to(type))) << typeName(type);
     }
     // A 0-dim tensor and an empty one.
     at::Tensor scalar = torch::scalar_tensor(static_cast<double>(rank + 1));
@@ -266,13 +276,14 @@ TEST_F(TorchCollectives, ClearErrorsForBadTensors) {
     expectThrowContaining(
         [&] { ctx.allreduce(torch::zeros({2}, torch::kComplexFloat), kt::Sum, "cplx"); },
         "dtype ComplexFloat is not supported");
-    expectThrowContaining([&] { ctx.allgather(torch::zeros({2}, torch::kShort), "short"); },
-                          "allgather 'short': dtype Short is not supported");
+    expectThrowContaining(
+        [&] { ctx.allgather(torch::zeros({2}, torch::kComplexDouble), "cdouble"); },
+        "allgather 'cdouble': dtype ComplexDouble is not supported");
     expectThrowContaining(
         [&] { ctx.allreduce(torch::eye(3).to_sparse(), kt::Sum, "sparse"); },
         "only dense");
-    expectThrowContaining([&] { ctx.allreduce(torch::ones({2}, torch::kInt), kt::Sum, "s", 2.0); },
-                          "floating-point");
+    expectThrowContaining([&] { ctx.allreduce(torch::ones({2}, torch::kBool), kt::Sum, "s", 2.0); },
+                          "not defined for bool tensors");
     expectThrowContaining([&] { ctx.broadcast(torch::ones({2}), 5, "root"); }, "root rank 5");
     expectThrowContaining(
         [&] { ctx.allreduce(torch::empty({2}, torch::device(torch::kMeta)), kt::Sum, "meta"); },

@@ -391,7 +391,7 @@ TEST_F(TorchOptimizer, ConstructionErrors) {
     bad = {};
     bad.op = kt::Max;
     expectError([&] { kt::DistributedOptimizer(sgdOpt, net->named_parameters(), bad, ctx); },
-                "Average or Sum");
+                "Average, Sum or Adasum");
     bad = {};
     bad.groups = {{"fc1.weight", "nope"}};
     expectError([&] { kt::DistributedOptimizer(sgdOpt, net->named_parameters(), bad, ctx); },

@@ -32,6 +32,10 @@ struct DistributedOptimizer::State {
     at::Tensor send;         // the allreduce's input, alive until synchronize
     at::Tensor buffer;       // the allreduce's output, reused across steps
     Handle handle;
+    // A sparse gradient travels as two allgathers (indices, values).
+    bool sparse = false;
+    TensorHandle sparseIndices;
+    TensorHandle sparseValues;
   };
   struct Group {
     std::vector<size_t> members;
@@ -61,6 +65,8 @@ struct DistributedOptimizer::State {
     }
     ++s.passes;
     synchronized = false;
+    // Adasum reduces the optimizer's update in step(), not the gradient.
+    if (options.op == ReduceOp::kAdasum) return;
     if (s.passes < options.backward_passes_per_step) return;
     if (s.group < 0) {
       submitLocked({i});
@@ -76,6 +82,7 @@ struct DistributedOptimizer::State {
     Slot& s = slots[i];
     at::NoGradGuard noGrad;
     at::Tensor grad = s.param.grad();
+    if (grad.defined() && grad.is_sparse()) grad = grad.to_dense();  // sparse_as_dense
     const at::ScalarType gradType = grad.defined() ? grad.scalar_type() : s.param.scalar_type();
     at::ScalarType wire = gradType;
     if (gradType == at::kFloat || gradType == at::kDouble) {
@@ -108,8 +115,32 @@ struct DistributedOptimizer::State {
     entry.output = s.buffer.data_ptr();
   }
 
-  // Enqueues the allreduces of slots `members` (one slot, or a whole group).
-  void submitLocked(const std::vector<size_t>& members) {
+  // Slot i's sparse gradient: allgathers of its indices (as rows) and values.
+  void submitSparseLocked(size_t i) {
+    Slot& s = slots[i];
+    at::NoGradGuard noGrad;
+    const at::Tensor grad = s.param.grad();
+    s.sparse = true;
+    s.sparseIndices =
+        ctx->allgather_async(grad._indices().t().contiguous(), s.requestName + ".indices");
+    s.sparseValues = ctx->allgather_async(grad._values().contiguous(), s.requestName + ".values");
+  }
+
+  // Enqueues the allreduces of slots `members` (one slot, or a whole group);
+  // sparse gradients go through allgather one by one.
+  void submitLocked(const std::vector<size_t>& requested) {
+    std::vector<size_t> members;
+    for (size_t i : requested) {
+      const at::Tensor grad = slots[i].param.grad();
+      if (grad.defined() && grad.is_sparse() && !options.sparse_as_dense) {
+        submitSparseLocked(i);
+      } else {
+        members.push_back(i);
+      }
+    }
+    for (size_t i : requested) slots[i].submitted = true;
+    inFlight += static_cast<int>(requested.size());
+    if (members.empty()) return;
     Engine& engine = ctx->engine();
     if (members.size() == 1 && slots[members[0]].group < 0) {
       Request request;
@@ -125,8 +156,27 @@ struct DistributedOptimizer::State {
       std::vector<Handle> handles = engine.enqueueGroup(std::move(requests), std::move(entries));
       for (size_t k = 0; k < members.size(); ++k) slots[members[k]].handle = handles[k];
     }
-    for (size_t i : members) slots[i].submitted = true;
-    inFlight += static_cast<int>(members.size());
+  }
+
+  // Slot s's result into its parameter's gradient.
+  void writeBackLocked(Slot& s) {
+    at::NoGradGuard noGrad;
+    at::Tensor grad = s.param.grad();
+    if (s.sparse) {
+      // As Horovod: every rank's entries, uncoalesced; Average divides them.
+      at::Tensor values = s.sparseValues.wait();
+      if (options.op == ReduceOp::kAverage) values = values / ctx->size();
+      s.param.mutable_grad() = at::sparse_coo_tensor(
+          s.sparseIndices.wait().t(), values.to(s.param.scalar_type()), s.param.sizes());
+    } else if (grad.defined() && grad.is_sparse()) {
+      // sparse_as_dense: back to a sparse gradient for the update.
+      s.param.mutable_grad() = s.buffer.to(s.param.scalar_type()).to_sparse();
+    } else if (grad.defined()) {
+      grad.copy_(s.buffer);
+    } else {
+      s.param.mutable_grad() =
+          s.buffer.to(s.param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    }
   }
 
   void resetStepLocked() {
@@ -135,6 +185,9 @@ struct DistributedOptimizer::State {
       s.submitted = false;
       s.send = at::Tensor();
       s.handle = Handle();
+      s.sparse = false;
+      s.sparseIndices = TensorHandle();
+      s.sparseValues = TensorHandle();
     }
     for (Group& g : groups) g.ready = 0;
     inFlight = 0;
@@ -168,8 +221,9 @@ void checkOptions(const DistributedOptimizerOptions& o) {
   KOLO_CHECK_ARG(o.backward_passes_per_step >= 1,
                  "DistributedOptimizer: backward_passes_per_step must be >= 1, got " +
                      std::to_string(o.backward_passes_per_step));
-  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum,
-                 std::string("DistributedOptimizer: op must be Average or Sum, got ") +
+  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum ||
+                     o.op == ReduceOp::kAdasum,
+                 std::string("DistributedOptimizer: op must be Average, Sum or Adasum, got ") +
                      toString(o.op));
   KOLO_CHECK_ARG(o.gradient_predivide_factor > 0.0,
                  "DistributedOptimizer: gradient_predivide_factor must be > 0");
@@ -311,6 +365,7 @@ void DistributedOptimizer::synchronize() {
   std::vector<Handle> handles;
   {
     std::lock_guard<std::mutex> lock(st.mu);
+    if (st.options.op == ReduceOp::kAdasum) return;  // step() reduces the update
     if (st.synchronized) return;
     // Every rank must submit every gradient: fill in what the hooks did not.
     for (auto& g : st.groups) {
@@ -319,7 +374,14 @@ void DistributedOptimizer::synchronize() {
     for (size_t i = 0; i < st.slots.size(); ++i) {
       if (!st.slots[i].submitted) st.submitLocked({i});
     }
-    for (const auto& s : st.slots) handles.push_back(s.handle);
+    for (const auto& s : st.slots) {
+      if (s.sparse) {
+        handles.push_back(s.sparseIndices.handle());
+        handles.push_back(s.sparseValues.handle());
+      } else {
+        handles.push_back(s.handle);
+      }
+    }
   }
   std::exception_ptr error;
   for (const Handle& h : handles) {
@@ -331,25 +393,72 @@ void DistributedOptimizer::synchronize() {
   }
   std::lock_guard<std::mutex> lock(st.mu);
   if (!error) {
-    at::NoGradGuard noGrad;
-    for (auto& s : st.slots) {
-      at::Tensor grad = s.param.grad();
-      if (grad.defined()) {
-        grad.copy_(s.buffer);
-      } else {
-        s.param.mutable_grad() =
-            s.buffer.to(s.param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
-      }
-    }
+    for (auto& s : st.slots) st.writeBackLocked(s);
   }
   st.resetStepLocked();
   st.synchronized = true;
   if (error) std::rethrow_exception(error);
 }
 
+// Adasum (Horovod's delta optimizer): every parameter takes the wrapped
+// optimizer's local step, the change it made is combined over ranks with
+// Adasum, and the parameter becomes its value before the step plus that
+// combination. A parameter without a gradient steps on zeros, so every rank
+// submits every parameter.
+void DistributedOptimizer::adasumStep() {
+  State& st = *state_;
+  std::vector<at::Tensor> start;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    at::NoGradGuard noGrad;
+    for (auto& s : st.slots) {
+      if (!s.param.grad().defined()) s.param.mutable_grad() = at::zeros_like(s.param);
+      start.push_back(s.param.detach().clone());
+    }
+  }
+  optimizer_->step(nullptr);
+  std::vector<TensorHandle> handles;
+  std::vector<at::Tensor> deltas;
+  {
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < st.slots.size(); ++i) {
+      const State::Slot& s = st.slots[i];
+      at::Tensor delta = s.param.detach() - start[i];
+      if (delta.is_floating_point() && delta.scalar_type() != at::kHalf &&
+          delta.scalar_type() != at::kBFloat16) {
+        if (st.options.compression == Compression::kFP16) delta = delta.to(at::kHalf);
+        if (st.options.compression == Compression::kBF16) delta = delta.to(at::kBFloat16);
+      }
+      deltas.push_back(delta);
+      handles.push_back(st.ctx->allreduce_async_(delta, ReduceOp::kAdasum, s.requestName));
+    }
+  }
+  std::exception_ptr error;
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!error) {
+    at::NoGradGuard noGrad;
+    for (size_t i = 0; i < st.slots.size(); ++i) {
+      st.slots[i].param.copy_(start[i] + deltas[i].to(start[i].scalar_type()));
+    }
+  }
+  st.resetStepLocked();
+  if (error) std::rethrow_exception(error);
+}
+
 at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {
   at::Tensor loss;
   if (closure) loss = closure();
+  if (state_->options.op == ReduceOp::kAdasum) {
+    adasumStep();
+    return loss;
+  }
   bool skip;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -363,6 +472,9 @@ at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure clo
 DistributedOptimizer::SkipSynchronize::SkipSynchronize(DistributedOptimizer& owner)
     : owner_(owner) {
   std::lock_guard<std::mutex> lock(owner_.state_->mu);
+  KOLO_CHECK_ARG(owner_.state_->options.op != ReduceOp::kAdasum,
+                 "DistributedOptimizer: skip_synchronize() is not supported with op Adasum: "
+                 "step() reduces the optimizer's update, not the gradients");
   owner_.state_->skip = true;
 }
 

@@ -12,13 +12,14 @@ DataType to_data_type(at::ScalarType type, const std::string& what) {
     case at::kBFloat16: return DataType::kBFloat16;
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
+    case at::kShort: return DataType::kInt16;
     case at::kChar: return DataType::kInt8;
     case at::kByte: return DataType::kUInt8;
     case at::kBool: return DataType::kBool;
     default:
       throw InvalidArgument(what + ": dtype " + std::string(c10::toString(type)) +
                             " is not supported (supported: float32, float64, float16, "
-                            "bfloat16, int32, int64, int8, uint8, bool)");
+                            "bfloat16, int64, int32, int16, int8, uint8, bool)");
   }
 }
 
@@ -30,6 +31,7 @@ at::ScalarType to_scalar_type(DataType type) {
     case DataType::kBFloat16: return at::kBFloat16;
     case DataType::kInt32: return at::kInt;
     case DataType::kInt64: return at::kLong;
+    case DataType::kInt16: return at::kShort;
     case DataType::kInt8: return at::kChar;
     case DataType::kUInt8: return at::kByte;
     case DataType::kBool: return at::kBool;

@@ -23,7 +23,8 @@ void bindOps(py::module_& m) {
       .value("Average", ReduceOp::kAverage)
       .value("Min", ReduceOp::kMin)
       .value("Max", ReduceOp::kMax)
-      .value("Product", ReduceOp::kProduct);
+      .value("Product", ReduceOp::kProduct)
+      .value("Adasum", ReduceOp::kAdasum);
 
   py::class_<kt::TensorHandle>(m, "TensorHandle",
                                "Completion of one asynchronous tensor operation.")
@@ -100,6 +101,21 @@ void bindOps(py::module_& m) {
         return py::bytes(out);
       },
       py::arg("data"), py::arg("root"), py::arg("name"));
+
+  // SyncBatchNorm's training-mode forward (kolo::torch::sync_batch_norm):
+  // the result carries a C++ autograd node whose backward reduces over ranks.
+  m.def(
+      "sync_batch_norm",
+      [&ctx](const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+             const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
+             const c10::optional<at::Tensor>& running_var, double momentum, double eps,
+             const std::string& name) {
+        auto value = [](const c10::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); };
+        return kt::sync_batch_norm(input, value(weight), value(bias), value(running_mean),
+                                   value(running_var), momentum, eps, name, ctx);
+      },
+      Release(), py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("running_mean"),
+      py::arg("running_var"), py::arg("momentum"), py::arg("eps"), py::arg("name"));
 
   m.def(
       "broadcast_parameters",

@@ -18,8 +18,9 @@ enum class DataType : uint8_t {
   kInt8 = 6,
   kUInt8 = 7,
   kBool = 8,
+  kInt16 = 9,
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 10;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,
@@ -27,7 +28,11 @@ enum class ReduceOp : uint8_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
+  // Adaptive summation (Maleki et al., MLSys 2021): floating types only;
+  // see execution/adasum.h. Never reaches a backend.
+  kAdasum = 5,
 };
+constexpr int kNumReduceOps = 6;
 
 enum class OpType : uint8_t {
   kAllreduce = 0,

@@ -15,6 +15,7 @@ size_t elementSize(DataType dtype) {
     case DataType::kInt8: return 1;
     case DataType::kUInt8: return 1;
     case DataType::kBool: return 1;
+    case DataType::kInt16: return 2;
   }
   throw InvalidArgument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -35,6 +36,7 @@ const char* toString(DataType dtype) {
     case DataType::kInt8: return "int8";
     case DataType::kUInt8: return "uint8";
     case DataType::kBool: return "bool";
+    case DataType::kInt16: return "int16";
   }
   return "unknown-dtype";
 }
@@ -46,6 +48,7 @@ const char* toString(ReduceOp op) {
     case ReduceOp::kMin: return "min";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kProduct: return "product";
+    case ReduceOp::kAdasum: return "adasum";
   }
   return "unknown-reduce-op";
 }

@@ -24,10 +24,17 @@ void checkRequest(const Request& q, const Entry& e, const Identity& id) {
       (q.reduceOp == ReduceOp::kAverage)) {
     fail("average is not defined for bool tensors; use sum (logical or), min or max");
   }
-  if ((q.prescale != 1.0 || q.postscale != 1.0) && !isFloatingPoint(q.dtype)) {
-    fail("prescale/postscale factors need a floating-point tensor, got " +
-         std::string(toString(q.dtype)));
+  if ((q.prescale != 1.0 || q.postscale != 1.0) && q.dtype == DataType::kBool) {
+    fail("prescale/postscale factors are not defined for bool tensors");
   }
+  if (q.reduceOp == ReduceOp::kAdasum && reduces) {
+    if (q.op != OpType::kAllreduce) fail("Adasum is an allreduce operation only");
+    if (!isFloatingPoint(q.dtype)) {
+      fail(std::string("Adasum needs a floating-point tensor (float16, bfloat16, float32 or "
+                       "float64), got ") + toString(q.dtype));
+    }
+  }
+  if (static_cast<int>(q.reduceOp) >= kNumReduceOps) fail("unknown reduce op");
   const int64_t n = numElements(q.shape);
   if (n > 0 && e.input == nullptr) fail("input pointer is null");
   switch (q.op) {

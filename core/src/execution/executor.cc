@@ -43,7 +43,7 @@ std::vector<size_t> evenSplit(int64_t rows, int size) {
 
 void fillNeutral(void* buf, size_t count, DataType dtype, ReduceOp op) {
   const size_t bytes = count * elementSize(dtype);
-  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kAdasum) {
     std::memset(buf, 0, bytes);
     return;
   }
@@ -55,6 +55,7 @@ void fillNeutral(void* buf, size_t count, DataType dtype, ReduceOp op) {
       case DataType::kBFloat16: return fillTyped<uint16_t>(buf, count, 0x3f80);
       case DataType::kInt32: return fillTyped<int32_t>(buf, count, 1);
       case DataType::kInt64: return fillTyped<int64_t>(buf, count, 1);
+      case DataType::kInt16: return fillTyped<int16_t>(buf, count, 1);
       case DataType::kInt8: return fillTyped<int8_t>(buf, count, 1);
       case DataType::kUInt8:
       case DataType::kBool: return fillTyped<uint8_t>(buf, count, 1);
@@ -69,6 +70,7 @@ void fillNeutral(void* buf, size_t count, DataType dtype, ReduceOp op) {
       return fillTyped<uint16_t>(buf, count, op == ReduceOp::kMin ? 0x7f80 : 0xff80);
     case DataType::kInt32: return fillLimits<int32_t>(buf, count, op);
     case DataType::kInt64: return fillLimits<int64_t>(buf, count, op);
+    case DataType::kInt16: return fillLimits<int16_t>(buf, count, op);
     case DataType::kInt8: return fillLimits<int8_t>(buf, count, op);
     case DataType::kUInt8: return fillLimits<uint8_t>(buf, count, op);
     case DataType::kBool: return fillTyped<uint8_t>(buf, count, op == ReduceOp::kMin ? 1 : 0);
@@ -116,14 +118,18 @@ void Executor::traceEnd(const char* name) {
 }
 
 void Executor::finishReduction(void* buf, size_t count, const Response& r) {
-  if (r.reduceOp == ReduceOp::kAverage) {
-    if (isFloatingPoint(r.dtype)) {
-      scaleElements(buf, count, r.dtype, r.postscale / identity_.size);
-      return;
-    }
+  if (r.reduceOp != ReduceOp::kAverage) {
+    scaleElements(buf, count, r.dtype, r.postscale);
+    return;
+  }
+  // Integer average without a postscale is an exact truncating division;
+  // otherwise one multiply by postscale / size (integers in float64, as
+  // Horovod does).
+  if (isFloatingPoint(r.dtype) || r.postscale != 1.0) {
+    scaleElements(buf, count, r.dtype, r.postscale / identity_.size);
+  } else {
     divideElements(buf, count, r.dtype, identity_.size);
   }
-  if (isFloatingPoint(r.dtype)) scaleElements(buf, count, r.dtype, r.postscale);
 }
 
 void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) {
@@ -155,10 +161,18 @@ void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) 
     }
     traceEnd(timeline::kMemcpyIn);
   }
-  if (isFloatingPoint(r.dtype)) scaleElements(buf, total, r.dtype, r.prescale);
+  scaleElements(buf, total, r.dtype, r.prescale);
   ++stats_.backendCalls;
   traceBegin(collectiveSpan_, static_cast<int64_t>(total * esize));
-  collectives_->allreduce(buf, total, r.dtype, backendOp(r.reduceOp));
+  if (r.reduceOp == ReduceOp::kAdasum) {
+    std::vector<size_t> counts(r.shapes.size());
+    for (size_t i = 0; i < counts.size(); ++i) {
+      counts[i] = static_cast<size_t>(numElements(r.shapes[i]));
+    }
+    adasum_.allreduce(*collectives_, buf, counts, r.dtype, identity_.rank, identity_.size);
+  } else {
+    collectives_->allreduce(buf, total, r.dtype, backendOp(r.reduceOp));
+  }
   finishReduction(buf, total, r);
   traceEnd(collectiveSpan_);
   if (!inPlace) {
@@ -268,7 +282,7 @@ void Executor::reducescatter(const Response& r, PendingOp* op) {
   }
   const size_t total = static_cast<size_t>(rows * row);
   const void* in = op->entry.input;
-  if (isFloatingPoint(r.dtype) && r.prescale != 1.0) {
+  if (r.prescale != 1.0) {
     void* tmp = fusion_.data(total * elementSize(r.dtype));
     std::memcpy(tmp, in, total * elementSize(r.dtype));
     scaleElements(tmp, total, r.dtype, r.prescale);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "execution/adasum.h"
 #include "execution/fusion.h"
 #include "kolo/engine.h"
 #include "negotiation/message.h"
@@ -55,6 +56,7 @@ class Executor {
   EngineStats& stats_;
   FusionBuffer fusion_;
   FusionBuffer scratch_;
+  Adasum adasum_;  // ReduceOp::kAdasum responses
   timeline::Timeline* timeline_ = nullptr;
   std::vector<int> rows_;                   // traced rows of the current response
   const char* collectiveSpan_ = nullptr;    // "GLOO_ALLREDUCE" when rows_ is not empty

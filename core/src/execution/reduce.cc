@@ -1,7 +1,10 @@
 #include "execution/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "kolo/error.h"
 
@@ -93,9 +96,11 @@ void reduceTyped(T* out, const T* a, const T* b, size_t n, ReduceOp op) {
       for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
       return;
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:
       break;
   }
-  throw Internal("reduceElements: average must be lowered to sum + postscale");
+  throw Internal(std::string("reduceElements: ") + toString(op) +
+                 " is not an element-wise reduction (average is lowered to sum + postscale)");
 }
 
 // fp16/bf16: compute in float, round once per element.
@@ -120,7 +125,9 @@ void reduceHalf(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n,
 void reduceBool(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n,
                 ReduceOp op) {
   bool isAnd = op == ReduceOp::kProduct || op == ReduceOp::kMin;
-  if (op == ReduceOp::kAverage) throw Internal("bool average is not supported");
+  if (op == ReduceOp::kAverage || op == ReduceOp::kAdasum) {
+    throw Internal(std::string("bool ") + toString(op) + " is not supported");
+  }
   for (size_t i = 0; i < n; ++i) {
     bool x = a[i] != 0;
     bool y = b[i] != 0;
@@ -128,9 +135,38 @@ void reduceBool(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n,
   }
 }
 
+// Floating types scale in their own precision with the factor rounded to it
+// (float32: float math), as Horovod does on the CPU.
 template <typename T>
-void scaleTyped(T* buf, size_t n, double factor) {
-  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<T>(buf[i] * factor);
+void scaleFloating(T* buf, size_t n, double factor) {
+  const T f = static_cast<T>(factor);
+  for (size_t i = 0; i < n; ++i) buf[i] = buf[i] * f;
+}
+
+// fp16/bf16: float32 math, rounded once to the 16-bit type.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void scaleHalf(uint16_t* buf, size_t n, double factor) {
+  const float f = static_cast<float>(factor);
+  for (size_t i = 0; i < n; ++i) buf[i] = FromFloat(ToFloat(buf[i]) * f);
+}
+
+// Integers: float64 math, truncated toward zero and cast back (wrapping like
+// a C cast through int64 when out of range; NaN becomes 0).
+template <typename T>
+void scaleInteger(T* buf, size_t n, double factor) {
+  constexpr double kLimit = 9223372036854775807.0;  // 2^63
+  for (size_t i = 0; i < n; ++i) {
+    const double v = std::trunc(static_cast<double>(buf[i]) * factor);
+    int64_t w = 0;
+    if (v >= kLimit) {
+      w = std::numeric_limits<int64_t>::max();
+    } else if (v <= -kLimit) {
+      w = std::numeric_limits<int64_t>::min();
+    } else if (v == v) {
+      w = static_cast<int64_t>(v);
+    }
+    buf[i] = static_cast<T>(w);
+  }
 }
 
 template <typename T>
@@ -172,6 +208,9 @@ void reduceElements(void* out, const void* a, const void* b, size_t n,
     case DataType::kBool:
       return reduceBool(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(a),
                         static_cast<const uint8_t*>(b), n, op);
+    case DataType::kInt16:
+      return reduceTyped(static_cast<int16_t*>(out), static_cast<const int16_t*>(a),
+                         static_cast<const int16_t*>(b), n, op);
   }
   throw Internal("reduceElements: unknown dtype");
 }
@@ -179,29 +218,27 @@ void reduceElements(void* out, const void* a, const void* b, size_t n,
 void scaleElements(void* buf, size_t n, DataType dtype, double factor) {
   if (factor == 1.0) return;
   switch (dtype) {
-    case DataType::kFloat32: return scaleTyped(static_cast<float*>(buf), n, factor);
-    case DataType::kFloat64: return scaleTyped(static_cast<double*>(buf), n, factor);
-    case DataType::kFloat16: {
-      auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i) p[i] = floatToHalf(static_cast<float>(halfToFloat(p[i]) * factor));
-      return;
-    }
-    case DataType::kBFloat16: {
-      auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i) {
-        p[i] = floatToBfloat16(static_cast<float>(bfloat16ToFloat(p[i]) * factor));
-      }
-      return;
-    }
-    default:
-      throw Internal(std::string("scaleElements: cannot scale ") + toString(dtype));
+    case DataType::kFloat32: return scaleFloating(static_cast<float*>(buf), n, factor);
+    case DataType::kFloat64: return scaleFloating(static_cast<double*>(buf), n, factor);
+    case DataType::kFloat16:
+      return scaleHalf<halfToFloat, floatToHalf>(static_cast<uint16_t*>(buf), n, factor);
+    case DataType::kBFloat16:
+      return scaleHalf<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(buf), n, factor);
+    case DataType::kInt32: return scaleInteger(static_cast<int32_t*>(buf), n, factor);
+    case DataType::kInt64: return scaleInteger(static_cast<int64_t*>(buf), n, factor);
+    case DataType::kInt16: return scaleInteger(static_cast<int16_t*>(buf), n, factor);
+    case DataType::kInt8: return scaleInteger(static_cast<int8_t*>(buf), n, factor);
+    case DataType::kUInt8: return scaleInteger(static_cast<uint8_t*>(buf), n, factor);
+    case DataType::kBool: break;
   }
+  throw Internal(std::string("scaleElements: cannot scale ") + toString(dtype));
 }
 
 void divideElements(void* buf, size_t n, DataType dtype, int64_t divisor) {
   switch (dtype) {
     case DataType::kInt32: return divideTyped(static_cast<int32_t*>(buf), n, divisor);
     case DataType::kInt64: return divideTyped(static_cast<int64_t*>(buf), n, divisor);
+    case DataType::kInt16: return divideTyped(static_cast<int16_t*>(buf), n, divisor);
     case DataType::kInt8: return divideTyped(static_cast<int8_t*>(buf), n, divisor);
     case DataType::kUInt8: return divideTyped(static_cast<uint8_t*>(buf), n, divisor);
     default: return scaleElements(buf, n, dtype, 1.0 / static_cast<double>(divisor));

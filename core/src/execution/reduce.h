@@ -15,8 +15,10 @@ namespace kolo {
 void reduceElements(void* out, const void* a, const void* b, size_t n,
                     DataType dtype, ReduceOp op);
 
-// buf[i] *= factor. Floating types only (integer scaling is refused at
-// enqueue); fp16/bf16 go through float.
+// buf[i] *= factor, as Horovod scales on the CPU: float64 in double, float32
+// in float (factor rounded to float), fp16/bf16 in float and rounded once,
+// integers in double then truncated toward zero and cast back. bool throws
+// Internal (refused at enqueue).
 void scaleElements(void* buf, size_t n, DataType dtype, double factor);
 
 // Integer average: buf[i] /= divisor (truncating, like integer division).

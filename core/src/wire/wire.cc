@@ -142,7 +142,7 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
     checkDims(q.shape, what);
     q.device = enumFrom<DeviceKind>(r->device(), 2, what, "device");
     q.deviceIndex = r->device_index();
-    q.reduceOp = enumFrom<ReduceOp>(r->reduce_op(), 5, what, "reduce op");
+    q.reduceOp = enumFrom<ReduceOp>(r->reduce_op(), kNumReduceOps, what, "reduce op");
     q.prescale = r->prescale();
     q.postscale = r->postscale();
     checkScale(q.prescale, what);
@@ -179,7 +179,7 @@ ResponseList decodeResponseList(const std::vector<char>& bytes, int worldSize) {
     p.op = enumFrom<OpType>(r->op(), 7, what, "op");
     p.dtype = enumFrom<DataType>(r->dtype(), kNumDataTypes, what, "dtype");
     p.device = enumFrom<DeviceKind>(r->device(), 2, what, "device");
-    p.reduceOp = enumFrom<ReduceOp>(r->reduce_op(), 5, what, "reduce op");
+    p.reduceOp = enumFrom<ReduceOp>(r->reduce_op(), kNumReduceOps, what, "reduce op");
     p.prescale = r->prescale();
     p.postscale = r->postscale();
     checkScale(p.prescale, what);

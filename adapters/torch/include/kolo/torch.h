@@ -17,7 +17,7 @@
 // mirrors. Do not write `using namespace kolo;` next to LibTorch code:
 // kolo::torch would then hide ::torch.
 //
-// Tensors: float32/64, float16, bfloat16, int32/64, int8, uint8 and bool.
+// Tensors: float32/64, float16, bfloat16, int64/32/16, int8, uint8 and bool.
 // Undefined tensors, other dtypes, sparse tensors and devices other than CPU
 // and CUDA throw kolo::InvalidArgument. A non-contiguous input is copied to a
 // contiguous one; in-place operations copy the result back into the caller's
@@ -59,6 +59,8 @@ inline constexpr ReduceOp Sum = ReduceOp::kSum;
 inline constexpr ReduceOp Min = ReduceOp::kMin;
 inline constexpr ReduceOp Max = ReduceOp::kMax;
 inline constexpr ReduceOp Product = ReduceOp::kProduct;
+// Adaptive summation (floating types, allreduce only): see README "Adasum".
+inline constexpr ReduceOp Adasum = ReduceOp::kAdasum;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 NamedTensors to_named_tensors(const ::torch::OrderedDict<std::string, at::Tensor>& dict);
@@ -118,8 +120,9 @@ class Context {
   int rank() const { return engine().rank(); }
   int size() const { return engine().size(); }
 
-  // Elementwise reduction over ranks. prescale/postscale (floating types
-  // only) multiply before and after the reduction.
+  // Elementwise reduction over ranks. prescale/postscale multiply before and
+  // after the reduction (any dtype but bool; integers are scaled in float64
+  // and truncated, float16/bfloat16 in float32, as Horovod does).
   at::Tensor allreduce(const at::Tensor& tensor, ReduceOp op = Average,
                        const std::string& name = "", double prescale = 1.0,
                        double postscale = 1.0);
@@ -315,7 +318,11 @@ struct DistributedOptimizerOptions {
   // gradients of those passes are summed, as LibTorch accumulates them;
   // scale the loss by 1/backward_passes_per_step to average instead.
   int backward_passes_per_step = 1;
-  ReduceOp op = Average;  // Average or Sum
+  // Average, Sum or Adasum. With Adasum (Horovod's delta optimizer) step()
+  // takes the wrapped optimizer's step locally and combines the parameter
+  // changes over ranks with Adasum; synchronize() is then a no-op and
+  // skip_synchronize() throws.
+  ReduceOp op = Average;
   Compression compression = Compression::kNone;
   // Average only: multiply by 1/f before the reduction and by f after the
   // averaging (keeps large sums in range, as Horovod does).
@@ -328,6 +335,11 @@ struct DistributedOptimizerOptions {
   // Prefix of the engine names of the gradients ("<prefix><param name>");
   // give two DistributedOptimizers on one engine different prefixes.
   std::string name_prefix = "grad.";
+  // Sparse gradients (torch::nn::Embedding with sparse(true)) are reduced as
+  // Horovod does: an allgather of every rank's indices and values (divided
+  // by the size for Average), leaving an uncoalesced sparse gradient. With
+  // sparse_as_dense they are reduced as dense tensors and made sparse again.
+  bool sparse_as_dense = false;
 };
 
 // Wraps a LibTorch optimizer so gradients are averaged over ranks.
@@ -399,8 +411,12 @@ class DistributedOptimizer {
   struct State;  // shared with the gradient hooks
 
  private:
+  void adasumStep();
+
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;
   std::shared_ptr<State> state_;
 };
 
 }  // namespace kolo::torch
+
+#include "kolo/torch/sync_batch_norm.h"  // IWYU pragma: export

@@ -33,6 +33,7 @@ from kolo.torch.functions import (  # noqa: F401
     broadcast_parameters,
 )
 from kolo.torch.ops import (  # noqa: F401
+    Adasum,
     Average,
     Handle,
     Max,
@@ -64,6 +65,8 @@ from kolo.torch.ops import (  # noqa: F401
     synchronize,
 )
 from kolo.torch.optimizer import DistributedOptimizer  # noqa: F401
+from kolo.torch.sparse import sparse_allreduce_async  # noqa: F401
+from kolo.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 
 __version__ = _kolo.build_info()["version"]
 
@@ -77,8 +80,12 @@ def init(comm=None, process_sets=None):
     """Joins the job started by kolorun (or torchrun, mpirun, Slurm; no
     launcher: a job of size 1). comm and process_sets are Horovod arguments
     kolo does not support; they must be left at None."""
-    if comm is not None or process_sets is not None:
-        raise NotImplementedError("kolo.torch.init: comm= and process_sets= are not supported")
+    if comm is not None:
+        raise NotImplementedError(
+            "kolo.torch.init(comm=...): kolo does not run on an existing mpi4py communicator; "
+            "start the job with `kolorun --mpi -np N` (or mpirun) and call init() without comm")
+    if process_sets is not None:
+        raise NotImplementedError("kolo.torch.init: process_sets= is not supported yet")
     _kolo.init()
 
 

@@ -6,6 +6,18 @@ import torch
 
 from kolo import _kolo
 from kolo.torch import ops
+from kolo.torch._global_only import require_global
+
+try:  # Horovod pickles objects with cloudpickle (lambdas, local classes)
+    import cloudpickle as _pickler
+except ImportError:  # pragma: no cover - depends on the environment
+    _pickler = pickle
+
+
+def _dumps(obj):
+    buf = io.BytesIO()
+    _pickler.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
+    return buf.getvalue()
 
 
 def _named_tensors(params):
@@ -22,12 +34,13 @@ def _named_tensors(params):
     return out
 
 
-def broadcast_parameters(params, root_rank, prefix=None):
+def broadcast_parameters(params, root_rank, prefix=None, process_set=None):
     """Overwrites every tensor of params with root_rank's, in place.
 
     params: a state_dict (parameters and buffers), named_parameters() or a
     list of tensors. Collective: every rank passes the same names.
     """
+    require_global(process_set, "kolo.torch.broadcast_parameters")
     named = _named_tensors(params)
     if prefix:
         named = [(prefix + n, t) for n, t in named]
@@ -40,23 +53,23 @@ def broadcast_parameters(params, root_rank, prefix=None):
         _kolo.broadcast_parameters(tensors, root_rank)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's obj (pickled) on every rank; other ranks' obj is ignored."""
-    if _kolo.rank() == root_rank:
-        buf = io.BytesIO()
-        pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
-        data = buf.getvalue()
-    else:
-        data = b""
-    received = _kolo.broadcast_object_bytes(data, root_rank, "" if name is None else name)
-    return pickle.load(io.BytesIO(received))
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """root_rank's obj (pickled, with cloudpickle when it is installed) on
+    every rank; other ranks' obj is ignored, and root gets its own obj back
+    (as in Horovod). Unnamed calls take the next generated name, so they must
+    come in the same order on every rank."""
+    require_global(process_set, "kolo.torch.broadcast_object")
+    is_root = _kolo.rank() == root_rank
+    received = _kolo.broadcast_object_bytes(_dumps(obj) if is_root else b"", root_rank,
+                                            "" if name is None else name)
+    return obj if is_root else pickle.load(io.BytesIO(received))
 
 
-def allgather_object(obj, name=None):
-    """The list of every rank's obj (pickled), in rank order."""
-    buf = io.BytesIO()
-    pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
-    payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+def allgather_object(obj, name=None, process_set=None):
+    """The list of every rank's obj (pickled, with cloudpickle when it is
+    installed), in rank order."""
+    require_global(process_set, "kolo.torch.allgather_object")
+    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
     base = name if name is not None else _kolo.next_name("allgather_object")
     sizes = ops.synchronize(ops.allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes"))
@@ -117,7 +130,7 @@ def _fill_tensors(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None):
     """Makes optimizer's state and param-group options (lr, betas, ...) equal
     to root_rank's, also on ranks whose optimizer never stepped.
 
@@ -125,11 +138,22 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     state tensor as its own broadcast; non-root ranks then load_state_dict().
     Every rank's optimizer must be the same type over the same parameter
     layout. Unlike Horovod, no dummy step is taken, so parameters are never
-    touched. model is accepted for Horovod compatibility.
+    touched; as after Horovod's, a rank whose state was empty has a zero
+    gradient on every parameter that requires one and had none (sparse for
+    SparseAdam). model is accepted for Horovod compatibility.
     """
     del model
+    require_global(process_set, "kolo.torch.broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state:
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        if isinstance(optimizer, torch.optim.SparseAdam):
+                            p.grad = p.grad.to_sparse()
     is_root = _kolo.rank() == root_rank
     base = _kolo.next_name("broadcast")
     local = []

@@ -23,6 +23,7 @@ Sum = ReduceOp.Sum
 Min = ReduceOp.Min
 Max = ReduceOp.Max
 Product = ReduceOp.Product
+Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (see README "Adasum")
 
 
 def _name(name):
@@ -40,8 +41,8 @@ def _resolve_op(op, average):
     if op is None:
         return Average
     if not isinstance(op, ReduceOp):
-        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product; "
-                         "got %r" % (op,))
+        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product, "
+                         "Adasum; got %r" % (op,))
     return op
 
 
@@ -128,8 +129,9 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         prescale, postscale = ctx.scales
-        if ctx.op in (Sum, Average):
-            # d(post * reduce(pre * x)) / dx_r: the same reduction of the grads.
+        if ctx.op in (Sum, Average, Adasum):
+            # d(post * reduce(pre * x)) / dx_r: the same reduction of the grads
+            # (Adasum: Horovod's convention, the Adasum of the grads).
             g = allreduce(grad, name=_grad_name(ctx.name), op=ctx.op,
                           prescale_factor=prescale, postscale_factor=postscale)
         elif ctx.op in (Min, Max) and prescale == 1.0 and postscale == 1.0:

@@ -5,8 +5,10 @@ import warnings
 import torch
 
 from kolo import _kolo
+from kolo.torch._global_only import require_global
 from kolo.torch.compression import Compression
-from kolo.torch.ops import Average, Sum
+from kolo.torch.ops import Adasum, Average, Sum
+from kolo.torch.sparse import sparse_allreduce_async
 
 _GRAD_PREFIX = "grad."
 
@@ -17,15 +19,19 @@ class _DistributedMixin:
     State machine per parameter p, reset by synchronize():
       _kolo_delay[p]   backward passes still to accumulate before p's
                        allreduce is enqueued (starts at backward_passes_per_step)
-      _kolo_inflight[p] (TensorHandle, compression ctx, tensor sent) once enqueued
+      _kolo_inflight[p] (handle, compression ctx, tensor sent) once enqueued; the
+                       handle is a TensorHandle, or a SparseHandle for a sparse
+                       gradient reduced by allgather
+    With op=Adasum the hooks only count passes: step() reduces the update the
+    wrapped optimizer made (see _kolo_adasum_step).
     Hooks and synchronize() run on the thread that runs backward/step.
     """
 
     def _kolo_setup(self, named_parameters, compression, backward_passes_per_step, op,
                     gradient_predivide_factor, groups, sparse_as_dense):
-        if op not in (Average, Sum):
-            raise ValueError("DistributedOptimizer: op must be kolo.torch.Average or Sum, got %s"
-                             % (op,))
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("DistributedOptimizer: op must be kolo.torch.Average, Sum or "
+                             "Adasum, got %s" % (op,))
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if backward_passes_per_step < 1:
@@ -119,7 +125,7 @@ class _DistributedMixin:
                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
                     "locally.")
             self._kolo_delay[p] -= 1
-            if self._kolo_delay[p] == 0:
+            if self._kolo_delay[p] == 0 and self._kolo_op != Adasum:
                 self._kolo_ready(p)
         return hook
 
@@ -134,19 +140,37 @@ class _DistributedMixin:
             self._kolo_submit(group["params"], group)
 
     def _kolo_grad(self, p):
+        """p's gradient as it travels: dense (sparse_as_dense densifies), or
+        sparse for the allgather path."""
         if p.grad is None:
             # Another rank may have a gradient for p: every rank submits it.
+            # (A parameter whose gradients are sparse on other ranks cannot be
+            # told apart here; as in Horovod, it must get a gradient on every
+            # rank.)
             p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-        if p.grad.is_sparse:
-            if not self._kolo_sparse_as_dense:
-                raise ValueError("kolo.torch.DistributedOptimizer: sparse gradients are not "
-                                 "supported; pass sparse_as_dense=True")
-            p.grad = p.grad.to_dense()
+        if p.grad.is_sparse and self._kolo_sparse_as_dense:
+            return p.grad.to_dense()
         return p.grad
 
     def _kolo_submit(self, params, group):
         pre, post = self._kolo_scales
-        pairs = [self._kolo_compression.compress(self._kolo_grad(p)) for p in params]
+        grads = [self._kolo_grad(p) for p in params]
+        if any(g.is_sparse for g in grads):
+            # Sparse gradients go through allgather, one parameter at a time
+            # (also inside a group).
+            dense = []
+            for p, g in zip(params, grads):
+                if g.is_sparse:
+                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=self._kolo_op)
+                    self._kolo_inflight[p] = (handle, None, g)
+                else:
+                    dense.append(p)
+            for p in dense:
+                self._kolo_submit([p], None)
+            if group is not None:
+                group["submitted"] = True
+            return
+        pairs = [self._kolo_compression.compress(g) for g in grads]
         if group is None:
             (p,), (sent, cctx) = params, pairs[0]
             handle = _kolo.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre, post,
@@ -162,7 +186,10 @@ class _DistributedMixin:
     def synchronize(self):
         """Enqueues the gradients not enqueued yet (zeros for parameters that
         got none), waits for every allreduce and writes the results into
-        p.grad. A second call without new gradients is a no-op."""
+        p.grad. A second call without new gradients is a no-op. With
+        op=Adasum it does nothing: step() reduces the update."""
+        if self._kolo_op == Adasum:
+            return
         for p in self._kolo_params:
             if p in self._kolo_inflight:
                 continue
@@ -178,8 +205,16 @@ class _DistributedMixin:
             except Exception as e:  # wait for the rest: the engine writes into them
                 error = error or e
                 continue
-            if out is not p.grad:
-                with torch.no_grad():
+            if out is p.grad:
+                continue
+            with torch.no_grad():
+                if out.is_sparse:
+                    # As Horovod: the gathered entries replace the local ones.
+                    p.grad.zero_().add_(out)
+                elif p.grad.is_sparse:
+                    # sparse_as_dense: back to a sparse gradient for the update.
+                    p.grad.zero_().add_(self._kolo_compression.decompress(out, cctx).to_sparse())
+                else:
                     p.grad.copy_(self._kolo_compression.decompress(out, cctx))
         self._kolo_inflight.clear()
         for group in self._kolo_groups:
@@ -195,17 +230,56 @@ class _DistributedMixin:
     def skip_synchronize(self):
         """step() inside this block does not synchronize: call synchronize()
         first (e.g. to clip the averaged gradients), then step()."""
+        if self._kolo_op == Adasum:
+            raise AssertionError("Skipping synchronization is not supported when using Adasum "
+                                 "optimizer.")
         self._kolo_should_sync = False
         try:
             yield
         finally:
             self._kolo_should_sync = True
 
+    def _kolo_adasum_step(self):
+        """Horovod's delta optimizer: each parameter takes the wrapped
+        optimizer's local step, the change is combined over ranks with
+        Adasum, and the parameter becomes its value before the step plus that
+        combination. Parameters without a gradient step on zeros, so every
+        rank submits every parameter."""
+        with torch.no_grad():
+            for p in self._kolo_params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
+            start = [p.detach().clone() for p in self._kolo_params]
+        super().step()
+        inflight = []
+        with torch.no_grad():
+            for p, p0 in zip(self._kolo_params, start):
+                delta, cctx = self._kolo_compression.compress(p.detach() - p0)
+                delta = delta.contiguous()
+                inflight.append((_kolo.allreduce_async(delta, Adasum, self._kolo_names[p], 1.0,
+                                                       1.0, True), cctx, delta))
+        error = None
+        for p, p0, (handle, cctx, _) in zip(self._kolo_params, start, inflight):
+            try:
+                delta = handle.wait()
+            except Exception as e:  # wait for the rest: the engine writes into them
+                error = error or e
+                continue
+            with torch.no_grad():
+                p.copy_(p0 + self._kolo_compression.decompress(delta, cctx))
+        for p in self._kolo_params:
+            self._kolo_delay[p] = self._kolo_passes
+        if error is not None:
+            raise error
+
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._kolo_op == Adasum:
+            self._kolo_adasum_step()
+            return loss
         if self._kolo_should_sync:
             if self._kolo_synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -215,6 +289,19 @@ class _DistributedMixin:
         self._kolo_synchronized = False
         super().step()
         return loss
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's load_state_dict; like Horovod's, it also
+        forgets the gradients accumulated for a step not taken yet."""
+        for p in self._kolo_params:
+            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_inflight.clear()
+        for group in self._kolo_groups:
+            group["ready"].clear()
+            group["submitted"] = False
+        self._kolo_synchronized = False
+        self._kolo_should_sync = True
+        return super().load_state_dict(*args, **kwargs)
 
     def _kolo_pending(self):
         return bool(self._kolo_inflight) or any(
@@ -231,7 +318,7 @@ class _DistributedMixin:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Wraps a torch.optim optimizer so that gradients are reduced over ranks.
 
     Returns an optimizer of the same class (isinstance holds) sharing the
@@ -241,10 +328,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     backward produced it (after backward_passes_per_step passes, whose
     gradients are summed); step() waits for them all and steps.
 
-    op: Average or Sum. compression: Compression.none, .fp16 or .bf16.
-    groups: a number of groups, or lists of parameters, reduced as units
-    (num_groups is its deprecated spelling).
+    op: Average, Sum or Adasum (Horovod's delta optimizer: step() applies the
+    wrapped optimizer locally and combines the parameter changes with Adasum;
+    synchronize() is then a no-op and skip_synchronize() raises).
+    compression: Compression.none, .fp16 or .bf16. groups: a number of
+    groups, or lists of parameters, reduced as units (num_groups is its
+    deprecated spelling). Sparse gradients (nn.Embedding(sparse=True)) are
+    reduced by allgather of their indices and values, or as dense tensors
+    with sparse_as_dense=True. process_set: only the global set for now.
     """
+    require_global(process_set, "kolo.torch.DistributedOptimizer")
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError("the optimizer is already a kolo.torch.DistributedOptimizer")
     if isinstance(optimizer, torch.optim.LBFGS):

@@ -21,19 +21,44 @@ struct CopyOp {
   __device__ T operator()(T x) const { return x; }
 };
 
-// Scaling multiplies in double and rounds once, like kolo::scaleElements on
-// the CPU, so GPU and CPU results agree bit for bit.
+// Scaling does the arithmetic of kolo::scaleElements on the CPU, so GPU and
+// CPU results agree bit for bit: float64 in double, float32 in float with the
+// factor rounded to float, fp16/bf16 in float rounded once, integers in
+// double truncated toward zero and cast back through int64.
 template <typename T>
 struct ScaleOp {
   double scale;
-  __device__ T operator()(T x) const { return static_cast<T>(static_cast<double>(x) * scale); }
+  __device__ T operator()(T x) const {
+    const double v = trunc(static_cast<double>(x) * scale);
+    long long w = 0;
+    if (v >= 9223372036854775807.0) {
+      w = 9223372036854775807LL;
+    } else if (v <= -9223372036854775807.0) {
+      w = -9223372036854775807LL - 1;
+    } else if (v == v) {
+      w = static_cast<long long>(v);
+    }
+    return static_cast<T>(w);
+  }
+};
+
+template <>
+struct ScaleOp<float> {
+  double scale;
+  __device__ float operator()(float x) const { return __fmul_rn(x, static_cast<float>(scale)); }
+};
+
+template <>
+struct ScaleOp<double> {
+  double scale;
+  __device__ double operator()(double x) const { return __dmul_rn(x, scale); }
 };
 
 template <>
 struct ScaleOp<__half> {
   double scale;
   __device__ __half operator()(__half x) const {
-    return __float2half_rn(static_cast<float>(static_cast<double>(__half2float(x)) * scale));
+    return __float2half_rn(__fmul_rn(__half2float(x), static_cast<float>(scale)));
   }
 };
 
@@ -41,7 +66,7 @@ template <>
 struct ScaleOp<__nv_bfloat16> {
   double scale;
   __device__ __nv_bfloat16 operator()(__nv_bfloat16 x) const {
-    return __float2bfloat16_rn(static_cast<float>(static_cast<double>(__bfloat162float(x)) * scale));
+    return __float2bfloat16_rn(__fmul_rn(__bfloat162float(x), static_cast<float>(scale)));
   }
 };
 
@@ -170,6 +195,16 @@ void launchBatchedCopy(const DeviceCopyDesc* deviceDescs, uint32_t numDescs, uin
       case DataType::kBFloat16:
         return launch<__nv_bfloat16>(d, numDescs, chunks, chunkElements,
                                      ScaleOp<__nv_bfloat16>{s}, f, stream);
+      case DataType::kInt32:
+        return launch<int32_t>(d, numDescs, chunks, chunkElements, ScaleOp<int32_t>{s}, f, stream);
+      case DataType::kInt64:
+        return launch<int64_t>(d, numDescs, chunks, chunkElements, ScaleOp<int64_t>{s}, f, stream);
+      case DataType::kInt16:
+        return launch<int16_t>(d, numDescs, chunks, chunkElements, ScaleOp<int16_t>{s}, f, stream);
+      case DataType::kInt8:
+        return launch<int8_t>(d, numDescs, chunks, chunkElements, ScaleOp<int8_t>{s}, f, stream);
+      case DataType::kUInt8:
+        return launch<uint8_t>(d, numDescs, chunks, chunkElements, ScaleOp<uint8_t>{s}, f, stream);
       default: break;
     }
   }
@@ -180,6 +215,8 @@ void launchBatchedCopy(const DeviceCopyDesc* deviceDescs, uint32_t numDescs, uin
         return launch<int32_t>(d, numDescs, chunks, chunkElements, DivideOp<int32_t>{q}, f, stream);
       case DataType::kInt64:
         return launch<int64_t>(d, numDescs, chunks, chunkElements, DivideOp<int64_t>{q}, f, stream);
+      case DataType::kInt16:
+        return launch<int16_t>(d, numDescs, chunks, chunkElements, DivideOp<int16_t>{q}, f, stream);
       case DataType::kInt8:
         return launch<int8_t>(d, numDescs, chunks, chunkElements, DivideOp<int8_t>{q}, f, stream);
       case DataType::kUInt8:

@@ -59,20 +59,18 @@ uint64_t packOffsets(const std::vector<uint64_t>& counts, std::vector<uint64_t>&
 
 CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor) {
   CopyTransform t;
-  if (isFloatingPoint(dtype)) {
-    KOLO_CHECK_ARG(divisor == 1, std::string("batched copy: integer divisor for ") +
-                                     toString(dtype) + " (use a scale)");
-    if (scale != 1.0) {
-      t.kind = CopyTransform::Kind::kScale;
-      t.scale = scale;
-    }
-    return t;
-  }
-  KOLO_CHECK_ARG(scale == 1.0, std::string("batched copy: scale factor ") +
-                                   std::to_string(scale) + " for integer type " + toString(dtype));
   KOLO_CHECK_ARG(divisor >= 1, "batched copy: divisor " + std::to_string(divisor) + " < 1");
-  KOLO_CHECK_ARG(divisor == 1 || dtype != DataType::kBool, "batched copy: cannot divide bool");
-  if (divisor != 1) {
+  KOLO_CHECK_ARG(divisor == 1 || !isFloatingPoint(dtype),
+                 std::string("batched copy: integer divisor for ") + toString(dtype) +
+                     " (use a scale)");
+  KOLO_CHECK_ARG(dtype != DataType::kBool || (scale == 1.0 && divisor == 1),
+                 "batched copy: cannot scale or divide bool");
+  KOLO_CHECK_ARG(scale == 1.0 || divisor == 1,
+                 "batched copy: a scale and a divisor in one transform");
+  if (scale != 1.0) {
+    t.kind = CopyTransform::Kind::kScale;
+    t.scale = scale;
+  } else if (divisor != 1) {
     t.kind = CopyTransform::Kind::kDivide;
     t.divisor = divisor;
   }
@@ -80,7 +78,7 @@ CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor) {
 }
 
 uint64_t neutralBits(DataType dtype, ReduceOp op) {
-  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) return 0;
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kAdasum) return 0;
   if (op == ReduceOp::kProduct) {
     switch (dtype) {
       case DataType::kFloat32: return bitsOf(1.0f);
@@ -89,6 +87,7 @@ uint64_t neutralBits(DataType dtype, ReduceOp op) {
       case DataType::kBFloat16: return 0x3f80;
       case DataType::kInt32:
       case DataType::kInt64:
+      case DataType::kInt16:
       case DataType::kInt8:
       case DataType::kUInt8:
       case DataType::kBool: return 1;  // little-endian: low byte(s) hold 1
@@ -104,6 +103,7 @@ uint64_t neutralBits(DataType dtype, ReduceOp op) {
     case DataType::kBFloat16: return forMin ? 0x7f80 : 0xff80;
     case DataType::kInt32: return extremeBits<int32_t>(forMin);
     case DataType::kInt64: return extremeBits<int64_t>(forMin);
+    case DataType::kInt16: return extremeBits<int16_t>(forMin);
     case DataType::kInt8: return extremeBits<int8_t>(forMin);
     case DataType::kUInt8: return extremeBits<uint8_t>(forMin);
     case DataType::kBool: return forMin ? 1 : 0;

@@ -60,7 +60,7 @@ uint64_t packOffsets(const std::vector<uint64_t>& counts, std::vector<uint64_t>&
 struct CopyTransform {
   enum class Kind : uint8_t {
     kCopy,    // bytes as they are
-    kScale,   // floating types: x * scale (fp16/bf16 through float)
+    kScale,   // x * scale as kolo::scaleElements does it on the CPU
     kDivide,  // integer types: x / divisor, truncating (integer average)
   };
   Kind kind = Kind::kCopy;
@@ -69,10 +69,10 @@ struct CopyTransform {
   uint64_t fillBits = 0;  // bit pattern of one element for src == nullptr
 };
 
-// kScale for a floating dtype when scale != 1, kDivide for an integer dtype
-// when divisor != 1, else kCopy. Throws InvalidArgument when a scale is asked
-// of an integer dtype or a divisor of a floating one or a divisor < 1 (the
-// engine refuses those at enqueue; this is the backstop).
+// kScale when scale != 1 (any dtype but bool), kDivide for an integer dtype
+// when divisor != 1, else kCopy. Throws InvalidArgument for a scale of bool,
+// a divisor of a floating dtype or of bool, a divisor < 1, or both a scale
+// and a divisor (the engine refuses those at enqueue; this is the backstop).
 CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor = 1);
 
 // The element bits of the identity of op for dtype (0 for sum, 1 for

@@ -39,10 +39,11 @@ void GpuExecutor::waitReady(int device, cudaEvent_t event) {
 
 GpuExecutor::Finish GpuExecutor::finishFor(DataType dtype, ReduceOp op, double postscale) const {
   const bool floating = isFloatingPoint(dtype);
-  if (op != ReduceOp::kAverage) {
-    return {op, makeTransform(dtype, floating ? postscale : 1.0)};
-  }
-  if (!floating) return {ReduceOp::kSum, makeTransform(dtype, 1.0, size_)};
+  if (op != ReduceOp::kAverage) return {op, makeTransform(dtype, postscale)};
+  // Integer average: an exact truncating division, or with a postscale one
+  // multiply by postscale / size in float64 (as the CPU executor does).
+  if (!floating && postscale == 1.0) return {ReduceOp::kSum, makeTransform(dtype, 1.0, size_)};
+  if (!floating) return {ReduceOp::kSum, makeTransform(dtype, postscale / size_)};
   if (nativeAverage_) return {ReduceOp::kAverage, makeTransform(dtype, postscale)};
   return {ReduceOp::kSum, makeTransform(dtype, postscale / size_)};
 }
@@ -51,7 +52,7 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
                             ReduceOp op, double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
   const size_t es = elementSize(dtype);
-  const CopyTransform pre = makeTransform(dtype, isFloatingPoint(dtype) ? prescale : 1.0);
+  const CopyTransform pre = makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
   uint64_t total = 0;
   for (const DeviceTensor& t : tensors) total += t.count;
@@ -124,7 +125,7 @@ void GpuExecutor::reducescatter(int device, const void* in, void* out,
                                 double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
   const size_t es = elementSize(dtype);
-  const CopyTransform pre = makeTransform(dtype, isFloatingPoint(dtype) ? prescale : 1.0);
+  const CopyTransform pre = makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
   uint64_t total = 0;
   for (size_t c : counts) total += c;

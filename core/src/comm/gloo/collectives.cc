@@ -39,6 +39,8 @@ void withStorageType(DataType dtype, Fn&& fn) {
       return fn(static_cast<int32_t*>(nullptr));
     case DataType::kInt64:
       return fn(static_cast<int64_t*>(nullptr));
+    case DataType::kInt16:
+      return fn(static_cast<int16_t*>(nullptr));
     case DataType::kInt8:
       return fn(static_cast<int8_t*>(nullptr));
     case DataType::kUInt8:

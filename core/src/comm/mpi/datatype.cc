@@ -57,6 +57,7 @@ MPI_Datatype datatypeOf(DataType dtype) {
     case DataType::kBFloat16: return MPI_UINT16_T;
     case DataType::kInt32: return MPI_INT32_T;
     case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kInt16: return MPI_INT16_T;
     case DataType::kInt8: return MPI_INT8_T;
     case DataType::kUInt8:
     case DataType::kBool: return MPI_UINT8_T;

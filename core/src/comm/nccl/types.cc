@@ -13,6 +13,7 @@ ncclDataType_t toNcclType(DataType dtype) {
     case DataType::kInt32: return ncclInt32;
     case DataType::kInt64: return ncclInt64;
     case DataType::kInt8: return ncclInt8;
+    case DataType::kInt16: return ncclFloat16;  // a 2-byte carrier: data movement only
     case DataType::kUInt8:
     case DataType::kBool: return ncclUint8;
   }
@@ -21,6 +22,10 @@ ncclDataType_t toNcclType(DataType dtype) {
 
 ncclRedOp_t toNcclOp(ReduceOp op, DataType dtype) {
   toNcclType(dtype);  // rejects an unknown dtype first
+  KOLO_CHECK_ARG(dtype != DataType::kInt16,
+                 std::string("nccl: NCCL has no 16-bit integer type, so it cannot ") +
+                     toString(op) + " int16 tensors; reduce an int32 copy, or reduce on the "
+                     "host with KOLO_GPU_OPERATIONS=gloo or mpi");
   const bool isBool = dtype == DataType::kBool;
   switch (op) {
     case ReduceOp::kSum: return isBool ? ncclMax : ncclSum;
@@ -32,7 +37,11 @@ ncclRedOp_t toNcclOp(ReduceOp op, DataType dtype) {
                      std::string("nccl: average of ") + toString(dtype) +
                          " is a sum plus an integer division, not ncclAvg");
       return ncclAvg;
+    case ReduceOp::kAdasum:
+      break;
   }
+  KOLO_CHECK_ARG(op != ReduceOp::kAdasum,
+                 "nccl: Adasum is computed by the engine, not by an NCCL reduction");
   throw InvalidArgument("nccl: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 

@@ -1,0 +1,65 @@
+"""Sparse allreduce: an allgather of every rank's indices and values.
+
+A sparse COO tensor (an ``nn.Embedding(sparse=True)`` gradient) is reduced
+the way Horovod does it: every rank's nonzero entries are gathered, so the
+result holds all of them, uncoalesced (duplicate indices add up when the
+tensor is coalesced or applied), divided by the number of ranks for Average.
+"""
+import torch
+
+from kolo import _kolo
+from kolo.torch import ops
+from kolo.torch._global_only import require_global
+
+
+class SparseHandle:
+    """A sparse allreduce in flight. ``poll()``, ``wait()``, and callable like
+    Horovod's handle: ``handle()`` returns the reduced sparse tensor;
+    ``kolo.torch.synchronize(handle)`` does the same."""
+
+    __slots__ = ("_tensor", "_indices", "_values", "_divisor", "_result")
+
+    def __init__(self, tensor, indices, values, divisor):
+        self._tensor = tensor
+        self._indices = indices
+        self._values = values
+        self._divisor = divisor
+        self._result = None
+
+    def poll(self):
+        return self._indices.poll() and self._values.poll()
+
+    def wait(self):
+        if self._result is None:
+            values = self._values.wait()
+            indices = self._indices.wait()
+            if self._divisor != 1:
+                values = values / self._divisor
+            t = self._tensor
+            self._result = torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
+                                                   dtype=values.dtype, device=t.device)
+        return self._result
+
+    __call__ = wait
+
+
+def sparse_allreduce_async(tensor, name=None, op=None, process_set=None):
+    """Starts the reduction of a sparse COO tensor over all ranks (op Average,
+    the default, or Sum) through two allgathers named ``<name>.indices`` and
+    ``<name>.values``; returns a SparseHandle. The number of nonzero entries
+    may differ between ranks."""
+    require_global(process_set, "kolo.torch.sparse_allreduce_async")
+    if op is None:
+        op = ops.Average
+    if op not in (ops.Average, ops.Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" % (op,))
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async needs a sparse COO tensor (tensor.is_sparse); "
+                         "use allreduce_async for dense tensors")
+    base = _kolo.next_name("sparse_allreduce") if name is None else str(name)
+    # allgather concatenates along dim 0: indices travel as (nnz, sparse_dims).
+    indices = ops.allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                                  name=base + ".indices")
+    values = ops.allgather_async(tensor._values().contiguous(), name=base + ".values")
+    divisor = _kolo.size() if op == ops.Average else 1
+    return SparseHandle(tensor, indices, values, divisor)
