@@ -157,6 +157,8 @@ TEST(BadInput, RefusedAtEnqueueWithTheReason) {
     Request gpu = makeRequest("gpu", OpType::kAllreduce, DataType::kFloat32, {4});
     gpu.device = DeviceKind::kCuda;
     expectInvalid(gpu, ok, "CUDA device");
+    gpu.reduceOp = ReduceOp::kAdasum;
+    expectInvalid(gpu, ok, "Adasum of CUDA tensors is not supported yet");
   });
 }
 

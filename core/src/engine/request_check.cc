@@ -15,6 +15,11 @@ void checkRequest(const Request& q, const Entry& e, const Identity& id) {
   for (int64_t d : q.shape) {
     if (d < 0) fail("negative dimension in shape " + describe(q.dtype, q.shape));
   }
+  if (q.device != DeviceKind::kCpu && q.reduceOp == ReduceOp::kAdasum &&
+      q.op == OpType::kAllreduce) {
+    fail("Adasum of CUDA tensors is not supported yet (it runs on the CPU data plane); "
+         "reduce a CPU copy of the tensor");
+  }
   if (q.device != DeviceKind::kCpu) {
     fail("tensor is on a CUDA device but this build has no GPU data plane; "
          "move it to the CPU first");

@@ -68,6 +68,9 @@ class _DistributedMixin:
         self._kolo_compression = compression
         self._kolo_passes = backward_passes_per_step
         self._kolo_op = op
+        # Horovod's delta optimizer; on one rank Horovod uses the ordinary
+        # optimizer (an Adasum of one tensor is that tensor).
+        self._kolo_delta = op == Adasum and _kolo.size() > 1
         if op == Average:
             self._kolo_scales = (1.0 / gradient_predivide_factor, gradient_predivide_factor)
         else:
@@ -125,7 +128,7 @@ class _DistributedMixin:
                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
                     "locally.")
             self._kolo_delay[p] -= 1
-            if self._kolo_delay[p] == 0 and self._kolo_op != Adasum:
+            if self._kolo_delay[p] == 0 and not self._kolo_delta:
                 self._kolo_ready(p)
         return hook
 
@@ -161,7 +164,8 @@ class _DistributedMixin:
             dense = []
             for p, g in zip(params, grads):
                 if g.is_sparse:
-                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=self._kolo_op)
+                    op = Sum if self._kolo_op == Adasum else self._kolo_op  # one rank: identity
+                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=op)
                     self._kolo_inflight[p] = (handle, None, g)
                 else:
                     dense.append(p)
@@ -188,7 +192,7 @@ class _DistributedMixin:
         got none), waits for every allreduce and writes the results into
         p.grad. A second call without new gradients is a no-op. With
         op=Adasum it does nothing: step() reduces the update."""
-        if self._kolo_op == Adasum:
+        if self._kolo_delta:
             return
         for p in self._kolo_params:
             if p in self._kolo_inflight:
@@ -230,7 +234,7 @@ class _DistributedMixin:
     def skip_synchronize(self):
         """step() inside this block does not synchronize: call synchronize()
         first (e.g. to clip the averaged gradients), then step()."""
-        if self._kolo_op == Adasum:
+        if self._kolo_delta:
             raise AssertionError("Skipping synchronization is not supported when using Adasum "
                                  "optimizer.")
         self._kolo_should_sync = False
@@ -277,7 +281,7 @@ class _DistributedMixin:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._kolo_op == Adasum:
+        if self._kolo_delta:
             self._kolo_adasum_step()
             return loss
         if self._kolo_should_sync:
