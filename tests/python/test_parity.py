@@ -341,6 +341,30 @@ def test_distributed_optimizer_with_sparse_embedding(sparse_as_dense):
     assert same_on_all_ranks(emb.weight, "par.sparse.opt.%d" % sparse_as_dense)
 
 
+def test_sparse_adam_keeps_sparse_gradients_and_names_match_horovod():
+    """Horovod's test_sparse_embeddings (SparseAdam needs sparse gradients
+    after the reduction, also with sparse_as_dense) and
+    test_optimizer_no_named_parameters (its _parameter_names)."""
+    r = hvd.rank()
+    for sparse_as_dense in (False, True):
+        model = torch.nn.Embedding(10, 3, sparse=True)
+        inp = torch.LongTensor([[1, 2, 4, 5], [4, 3, 2, 9]] if r == 0 else [[1, 3, 4], [4, 7, 9]])
+        opt = torch.optim.SparseAdam(list(model.parameters()), lr=0.1)
+        opt = hvd.DistributedOptimizer(opt, sparse_as_dense=sparse_as_dense)
+        loss = model(inp).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
+    optimizer = torch.optim.SGD([{"params": model[0].parameters()},
+                                 {"params": model[1].parameters()}], lr=0.001)
+    optimizer = hvd.DistributedOptimizer(optimizer)
+    params = optimizer._parameter_names
+    assert len(params) == len(set(params.values())) == 4
+    all_names = hvd.allgather_object(set(params.values()))
+    assert all(names == all_names[0] for names in all_names)
+
+
 # ---- compression, optimizer state, objects ------------------------------------------------
 
 

@@ -65,6 +65,8 @@ class _DistributedMixin:
         names = {id(p): name for name, p in named_parameters}
         self._kolo_params = [p for p in all_params if p.requires_grad]
         self._kolo_names = {p: _GRAD_PREFIX + names[id(p)] for p in self._kolo_params}
+        # Horovod's attribute (parameter -> name); some Horovod programs read it.
+        self._parameter_names = {p: names[id(p)] for p in all_params}
         self._kolo_compression = compression
         self._kolo_passes = backward_passes_per_step
         self._kolo_op = op
