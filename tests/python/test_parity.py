@@ -449,6 +449,12 @@ def test_object_collectives_like_horovod():
                                                          "payload": list(range(n - 1))}
     assert hvd.broadcast_object(obj, 0, name="par.obj.named")["rank"] == 0
     assert hvd.broadcast_object(None if r else [1, 2]) == [1, 2]
+    # cloudpickle (a dependency, as in Horovod): closures travel too.
+    offset = 10 * n
+    fn = hvd.broadcast_object(lambda v: v + offset if r == 0 else None, 0, name="par.obj.fn")
+    assert fn(1) == offset + 1
+    funcs = hvd.allgather_object(lambda v, k=r: v * (k + 1), name="par.obj.fns")
+    assert [f(2) for f in funcs] == [2 * (k + 1) for k in range(n)]
     if r == 0:  # the root gets its own object back, as in Horovod
         assert hvd.broadcast_object(obj, 0, name="par.obj.same") is obj
     else:
