@@ -359,6 +359,10 @@ def test_sparse_adam_keeps_sparse_gradients_and_names_match_horovod():
     optimizer = torch.optim.SGD([{"params": model[0].parameters()},
                                  {"params": model[1].parameters()}], lr=0.001)
     optimizer = hvd.DistributedOptimizer(optimizer)
+    assert optimizer.backward_passes_per_step == 1 and optimizer.op == hvd.Average
+    optimizer.set_backward_passes_per_step(2)
+    assert optimizer.backward_passes_per_step == 2
+    assert not optimizer.sparse_as_dense and optimizer.gradient_predivide_factor == 1.0
     params = optimizer._parameter_names
     assert len(params) == len(set(params.values())) == 4
     all_names = hvd.allgather_object(set(params.values()))

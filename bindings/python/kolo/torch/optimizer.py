@@ -296,6 +296,37 @@ class _DistributedMixin:
         super().step()
         return loss
 
+    # Horovod's public attributes of a DistributedOptimizer.
+    @property
+    def backward_passes_per_step(self):
+        return self._kolo_passes
+
+    @backward_passes_per_step.setter
+    def backward_passes_per_step(self, passes):
+        self.set_backward_passes_per_step(passes)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes backward_passes_per_step (and restarts the count of the
+        passes accumulated for the current step), as in Horovod."""
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self._kolo_passes = passes
+        for p in self._kolo_params:
+            self._kolo_delay[p] = passes
+
+    @property
+    def op(self):
+        return self._kolo_op
+
+    @property
+    def sparse_as_dense(self):
+        return self._kolo_sparse_as_dense
+
+    @property
+    def gradient_predivide_factor(self):
+        pre, _ = self._kolo_scales
+        return 1.0 / pre
+
     def load_state_dict(self, *args, **kwargs):
         """The wrapped optimizer's load_state_dict; like Horovod's, it also
         forgets the gradients accumulated for a step not taken yet."""
