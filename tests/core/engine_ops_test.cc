@@ -235,7 +235,7 @@ TEST_P(EngineScaling, IntegerAndHalfScalesLikeHorovodOnAllreduceGroupsAndReduces
           Request r = q;
           r.name = "scale.rs." + tag;
           r.op = OpType::kReducescatter;
-          std::vector<char> rsIn = g1buf;  // still the input: the group has not run yet
+          std::vector<char> rsIn(n * elementSize(dtype));
           for (size_t i = 0; i < n; ++i) store(dtype, rsIn.data(), i, valueOf(dtype, rank, i));
           Entry re;
           re.input = rsIn.data();
