@@ -237,6 +237,16 @@ def test_sync_batch_norm_equals_one_process_on_the_whole_batch(momentum):
     assert torch.allclose(sync(x), ref(x), atol=1e-6)
 
 
+def test_sync_batch_norm_needs_two_values_per_channel_over_all_ranks():
+    """One value per channel in the whole batch is an error on every rank
+    (torch's BatchNorm refuses it too), not a hang or a NaN."""
+    sync_bn = hvd.SyncBatchNorm(3)
+    x = torch.ones(1 if hvd.rank() == 0 else 0, 3)
+    with pytest.raises(hvd.KoloInvalidArgumentError, match="expected more than 1 value per channel"):
+        sync_bn(x)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="par.sbn.after").item() == hvd.size()
+
+
 def test_sync_batch_norm_horovod_case_on_the_cpu():
     """Horovod's test_horovod_sync_batch_norm (there on CUDA only), with its
     tolerances: one row per rank against BatchNorm1d on all rows."""
