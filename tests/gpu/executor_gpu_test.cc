@@ -110,6 +110,7 @@ TEST(GpuExecutor, NcclFusedAllreduceEveryDtypeAndOp) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                         ReduceOp::kProduct}) {
       if (op == ReduceOp::kAverage && dtype == DataType::kBool) continue;
+      if (dtype == DataType::kInt16) continue;  // NCCL cannot reduce it (NcclTypes tests)
       const double pre = isFloatingPoint(dtype) ? 0.5 : 1.0;
       const double post = isFloatingPoint(dtype) ? 4.0 : 1.0;
       fusedAllreduce("nccl", 1, dtype, op, pre, post, false);
