@@ -40,6 +40,7 @@ struct DistributedOptimizer::State {
 
   Context* ctx = nullptr;
   DistributedOptimizerOptions options;
+  bool member = true;  // of options.process_set; false: local steps only
   mutable std::mutex mu;
   std::vector<Slot> slots;
   std::vector<Group> groups;
@@ -100,6 +101,7 @@ struct DistributedOptimizer::State {
     request.op = OpType::kAllreduce;
     detail::describeTensor(s.send, detail::what("allreduce", request.name), request);
     request.reduceOp = options.op;
+    request.processSet = options.process_set.id();
     if (options.op == ReduceOp::kAverage) {
       request.prescale = 1.0 / options.gradient_predivide_factor;
       request.postscale = options.gradient_predivide_factor;
@@ -204,6 +206,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   State& st = *state_;
   st.ctx = &ctx;
   st.options = std::move(options);
+  // InvalidArgument for an unknown set.
+  st.member = ctx.process_set_info(st.options.process_set).included();
 
   // Names: unique, and every optimizer parameter must have one.
   std::unordered_map<const c10::TensorImpl*, std::string> nameOf;
@@ -282,8 +286,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
     }
   }
 
-  // Hooks last, so a throwing constructor leaves no hook behind.
-  for (size_t i = 0; i < st.slots.size(); ++i) {
+  // Hooks last, so a throwing constructor leaves no hook behind. Outside
+  // the process set nothing is reduced, so no hooks.
+  for (size_t i = 0; st.member && i < st.slots.size(); ++i) {
     State::Slot& slot = st.slots[i];
     slot.accumulator = ::torch::autograd::impl::grad_accumulator(slot.param);
     KOLO_ENFORCE(slot.accumulator != nullptr,
@@ -312,6 +317,10 @@ void DistributedOptimizer::synchronize() {
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.synchronized) return;
+    if (!st.member) {
+      st.synchronized = true;  // the local gradients stay as they are
+      return;
+    }
     // Every rank must submit every gradient: fill in what the hooks did not.
     for (auto& g : st.groups) {
       if (!st.slots[g.members.front()].submitted) st.submitLocked(g.members);

@@ -40,14 +40,15 @@ std::vector<char> encodeStop(const CycleInput& in) {
 
 Controller::Controller(const Config& config, const Identity& identity,
                        std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-                       EngineStats& stats, Tunables& tunables)
+                       EngineStats& stats, Tunables& tunables, std::vector<int> ranks,
+                       std::string label)
     : config_(config),
       identity_(identity),
       channel_(std::move(channel)),
       cache_(cache),
       stats_(stats),
       tunables_(tunables),
-      table_(identity.size),
+      table_(std::move(ranks), std::move(label)),
       bits_(1 + cacheWords(cache.capacity()), 0) {}
 
 CycleOutput Controller::runCycle(const CycleInput& input) {

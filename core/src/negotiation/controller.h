@@ -1,5 +1,7 @@
-// Negotiation: decides, identically on every rank, which responses run
-// this cycle and in what order. Rank 0 is the coordinator.
+// Negotiation of one process set: decides, identically on every rank of
+// the set, which responses run this cycle and in what order. The set's rank
+// 0 is the coordinator. Shutdown, abort and autotuning travel only in the
+// global set's cycles (the engine never sets them for other sets).
 //
 // One cycle: a bitwise-AND allreduce of [status word | cache bits]. Cached
 // tensors whose bit is set everywhere are ready (steady state ends here).
@@ -60,9 +62,13 @@ struct CycleOutput {
 
 class Controller {
  public:
+  // identity: this rank's place in the set; ranks: the job rank of each
+  // set rank and label ("process set 2 (ranks 0,2)", empty for the global
+  // set), for the coordinator's messages.
   Controller(const Config& config, const Identity& identity,
              std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-             EngineStats& stats, Tunables& tunables);
+             EngineStats& stats, Tunables& tunables, std::vector<int> ranks,
+             std::string label);
 
   CycleOutput runCycle(const CycleInput& input);
 

@@ -6,6 +6,7 @@ import torch
 
 from kolo import _kolo
 from kolo.torch import ops
+from kolo.torch.process_sets import _id, global_process_set
 
 
 def _named_tensors(params):
@@ -22,11 +23,12 @@ def _named_tensors(params):
     return out
 
 
-def broadcast_parameters(params, root_rank, prefix=None):
+def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
     """Overwrites every tensor of params with root_rank's, in place.
 
     params: a state_dict (parameters and buffers), named_parameters() or a
-    list of tensors. Collective: every rank passes the same names.
+    list of tensors. Collective: every rank (of process_set) passes the same
+    names.
     """
     named = _named_tensors(params)
     if prefix:
@@ -37,30 +39,34 @@ def broadcast_parameters(params, root_rank, prefix=None):
             raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (n, type(t)))
         tensors.append((n, t.data))
     with torch.no_grad():
-        _kolo.broadcast_parameters(tensors, root_rank)
+        _kolo.broadcast_parameters(tensors, root_rank, _id(process_set))
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's obj (pickled) on every rank; other ranks' obj is ignored."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's obj (pickled) on every rank of process_set; other ranks'
+    obj is ignored."""
     if _kolo.rank() == root_rank:
         buf = io.BytesIO()
         pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
         data = buf.getvalue()
     else:
         data = b""
-    received = _kolo.broadcast_object_bytes(data, root_rank, "" if name is None else name)
+    received = _kolo.broadcast_object_bytes(data, root_rank, "" if name is None else name,
+                                            _id(process_set))
     return pickle.load(io.BytesIO(received))
 
 
-def allgather_object(obj, name=None):
-    """The list of every rank's obj (pickled), in rank order."""
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """The list of every rank's obj (pickled), in the set's rank order."""
     buf = io.BytesIO()
     pickle.dump(obj, buf, protocol=pickle.HIGHEST_PROTOCOL)
     payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-    base = name if name is not None else _kolo.next_name("allgather_object")
+    base = name if name is not None else _kolo.next_name("allgather_object", _id(process_set))
     sizes = ops.synchronize(ops.allgather_async(
-        torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes"))
-    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data"))
+        torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes",
+        process_set=process_set))
+    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data",
+                                               process_set=process_set))
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.load(io.BytesIO(data[offset:offset + n].numpy().tobytes())))
@@ -117,7 +123,7 @@ def _fill_tensors(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes optimizer's state and param-group options (lr, betas, ...) equal
     to root_rank's, also on ranks whose optimizer never stepped.
 
@@ -131,16 +137,17 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     is_root = _kolo.rank() == root_rank
-    base = _kolo.next_name("broadcast")
+    base = _kolo.next_name("broadcast", _id(process_set))
     local = []
     layout = _strip_tensors(optimizer.state_dict(), local) if is_root else None
-    layout = broadcast_object(layout, root_rank, name=base + ".layout")
+    layout = broadcast_object(layout, root_rank, name=base + ".layout", process_set=process_set)
     if is_root:
         tensors = local
     else:
         slots = sorted(_slots(layout, []), key=lambda s: s.index)
         tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
-    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i))
+    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i),
+                                    process_set=process_set)
                for i, t in enumerate(tensors)]
     for h in handles:
         ops.synchronize(h)

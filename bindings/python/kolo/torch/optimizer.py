@@ -7,6 +7,7 @@ import torch
 from kolo import _kolo
 from kolo.torch.compression import Compression
 from kolo.torch.ops import Average, Sum
+from kolo.torch.process_sets import _id, global_process_set
 
 _GRAD_PREFIX = "grad."
 
@@ -22,7 +23,7 @@ class _DistributedMixin:
     """
 
     def _kolo_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                    gradient_predivide_factor, groups, sparse_as_dense):
+                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer: op must be kolo.torch.Average or Sum, got %s"
                              % (op,))
@@ -67,13 +68,17 @@ class _DistributedMixin:
         else:
             self._kolo_scales = (1.0, 1.0)
         self._kolo_sparse_as_dense = sparse_as_dense
+        # Gradients are reduced among the set's ranks; outside it the
+        # optimizer steps on local gradients (as Horovod's does).
+        self._kolo_set = _id(process_set)
+        self._kolo_member = _kolo.rank() in _kolo.process_set_ranks(self._kolo_set)
         self._kolo_delay = {p: backward_passes_per_step for p in self._kolo_params}
         self._kolo_inflight = {}
         self._kolo_should_sync = True
         self._kolo_synchronized = False
         self._kolo_setup_groups(groups)
         self._kolo_grad_accs = []
-        for p in self._kolo_params:
+        for p in (self._kolo_params if self._kolo_member else []):
             # The AccumulateGrad node of p: its post-hook runs once p.grad
             # holds this backward's contribution.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -150,11 +155,11 @@ class _DistributedMixin:
         if group is None:
             (p,), (sent, cctx) = params, pairs[0]
             handle = _kolo.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre, post,
-                                           True)
+                                           True, self._kolo_set)
             self._kolo_inflight[p] = (handle, cctx, sent)
         else:
             handles = _kolo.grouped_allreduce_async([s for s, _ in pairs], self._kolo_op,
-                                                    group["name"], pre, post)
+                                                    group["name"], pre, post, self._kolo_set)
             for p, h, (sent, cctx) in zip(params, handles, pairs):
                 self._kolo_inflight[p] = (h, cctx, sent)
             group["submitted"] = True
@@ -163,6 +168,9 @@ class _DistributedMixin:
         """Enqueues the gradients not enqueued yet (zeros for parameters that
         got none), waits for every allreduce and writes the results into
         p.grad. A second call without new gradients is a no-op."""
+        if not self._kolo_member:
+            self._kolo_synchronized = True
+            return
         for p in self._kolo_params:
             if p in self._kolo_inflight:
                 continue
@@ -231,7 +239,8 @@ class _DistributedMixin:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False):
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
     """Wraps a torch.optim optimizer so that gradients are reduced over ranks.
 
     Returns an optimizer of the same class (isinstance holds) sharing the
@@ -243,7 +252,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     op: Average or Sum. compression: Compression.none, .fp16 or .bf16.
     groups: a number of groups, or lists of parameters, reduced as units
-    (num_groups is its deprecated spelling).
+    (num_groups is its deprecated spelling). process_set: the ranks that
+    reduce gradients together; on other ranks the optimizer steps on local
+    gradients.
     """
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError("the optimizer is already a kolo.torch.DistributedOptimizer")
@@ -264,5 +275,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             getattr(wrapped, patch)()
             break
     wrapped._kolo_setup(named_parameters, compression, backward_passes_per_step, op,
-                        gradient_predivide_factor, groups, sparse_as_dense)
+                        gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped
