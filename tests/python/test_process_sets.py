@@ -189,3 +189,19 @@ def test_static_sets_through_init():
         hvd.shutdown()
         hvd.init(process_sets="dynamic")
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="ps.after").item() == hvd.size()
+
+
+def test_init_again_is_a_no_op_that_adopts_existing_sets():
+    # Horovod's test suites call hvd.init() at the start of every test.
+    hvd.init()
+    hvd.init(process_sets="dynamic")
+    mine = hvd.add_process_set([hvd.rank()] if hvd.size() == 1 else list(range(hvd.size() - 1)))
+    try:
+        again = hvd.ProcessSet(mine.ranks)
+        hvd.init(process_sets=[again])
+        assert again.process_set_id == mine.process_set_id
+        with pytest.raises(ValueError, match="already initialized"):
+            hvd.init(process_sets=[hvd.ProcessSet([hvd.size() - 1])])
+    finally:
+        hvd.remove_process_set(mine)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="ps.init.again").item() == hvd.size()

@@ -29,33 +29,50 @@ std::string describeSets(const std::vector<std::vector<int>>& sets) {
   return s.empty() ? "none" : s;
 }
 
-// Every rank must pass the same static process sets. Rank 0 collects every
-// rank's list and publishes a verdict, so that all ranks fail alike (and at
-// once) when one differs. O(size) store operations, once per engine.
-void checkSameStaticSets(Store& store, const Identity& id,
-                         const std::vector<std::vector<int>>& sets,
-                         std::chrono::milliseconds timeout) {
-  if (id.size == 1) return;
-  const std::string mine = describeSets(sets);
-  std::string verdict;
+// What every rank learns from the others once set 0 is connected: the host
+// of each rank (for the local and cross ranks of process sets), and whether
+// every rank passed the same static process sets (rank 0's list is the
+// reference). Over set 0's control channel, not the store: under plain
+// mpirun each process has a private store.
+struct StartInfo {
+  std::vector<std::string> hosts;  // by rank
+  std::string mismatch;            // empty: every rank passed the same sets
+};
+
+StartInfo exchangeStartInfo(comm::ControlChannel& channel, const Identity& id,
+                            const std::string& host, const std::string& sets) {
+  const std::string mine = host + "\n" + sets;
+  auto gathered = channel.gatherv(std::vector<char>(mine.begin(), mine.end()), 0);
+  std::vector<char> summary;
   if (id.rank == 0) {
-    for (int r = 1; r < id.size && verdict.empty(); ++r) {
-      auto bytes = store.get("static-process-sets/" + std::to_string(r), timeout);
-      const std::string theirs(bytes.begin(), bytes.end());
-      if (theirs != mine) {
-        verdict = "init(process_sets=...): rank " + std::to_string(r) + " passed " + theirs +
-                  " but rank 0 passed " + mine +
-                  "; every rank must pass the same process sets in the same order";
+    // "<mismatch>\n<host 0>\n<host 1>..."
+    std::string mismatch, hosts;
+    for (int r = 0; r < id.size; ++r) {
+      const std::string text(gathered[r].begin(), gathered[r].end());
+      const size_t nl = text.find('\n');
+      const std::string theirs = text.substr(nl + 1);
+      if (mismatch.empty() && theirs != sets) {
+        mismatch = "init(process_sets=...): rank " + std::to_string(r) + " passed " + theirs +
+                   " but rank 0 passed " + sets +
+                   "; every rank must pass the same process sets in the same order";
       }
+      hosts += "\n" + text.substr(0, nl);
     }
-    store.set("static-process-sets/verdict", std::vector<char>(verdict.begin(), verdict.end()));
-  } else {
-    store.set("static-process-sets/" + std::to_string(id.rank),
-              std::vector<char>(mine.begin(), mine.end()));
-    auto bytes = store.get("static-process-sets/verdict", timeout);
-    verdict.assign(bytes.begin(), bytes.end());
+    const std::string all = mismatch + hosts;
+    summary.assign(all.begin(), all.end());
   }
-  if (!verdict.empty()) throw InvalidArgument(verdict);
+  channel.broadcast(summary, 0);
+  StartInfo info;
+  const std::string all(summary.begin(), summary.end());
+  size_t pos = all.find('\n');
+  info.mismatch = all.substr(0, pos);
+  while (pos != std::string::npos) {
+    const size_t next = all.find('\n', pos + 1);
+    info.hosts.push_back(all.substr(pos + 1, next == std::string::npos ? next : next - pos - 1));
+    pos = next;
+  }
+  KOLO_ENFORCE(static_cast<int>(info.hosts.size()) == id.size, "malformed start-up exchange");
+  return info;
 }
 
 }  // namespace
@@ -91,14 +108,15 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
   store = generationStore(identity, rootStore);
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
   localAddress = localAddressFor(identity, *rootStore);
-  publishHost(*store, identity.rank, localAddress);
-  checkSameStaticSets(*store, identity, staticSets, config.timeout);
 
   std::vector<int> all(identity.size);
   for (int r = 0; r < identity.size; ++r) all[r] = r;
-  const ProcessSetContext ctx{config, identity, store, localAddress, tunables};
   table.add(0, all);
-  sets[0] = connectProcessSet(ctx, 0, all);
+  sets[0] = connectProcessSet(processSetContext(), 0, all);
+  StartInfo start = exchangeStartInfo(sets[0]->controller->channel(), identity, localAddress,
+                                      describeSets(staticSets));
+  if (!start.mismatch.empty()) throw InvalidArgument(start.mismatch);
+  hosts = std::move(start.hosts);
   // Static sets: ids 1, 2, ... in the order given; members connect in that
   // order (the same on every member, so no two of them wait on each other).
   for (auto& ranks : staticSets) {
@@ -111,7 +129,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
     const int setId = nextSetId++;
     table.add(setId, ranks);
     if (std::binary_search(ranks.begin(), ranks.end(), identity.rank)) {
-      sets[setId] = connectProcessSet(ctx, setId, ranks);
+      sets[setId] = connectProcessSet(processSetContext(), setId, ranks);
     }
   }
   for (auto& [setId, set] : sets) set->executor->setTimeline(timeline.get());
@@ -242,6 +260,10 @@ Handle Engine::barrier(int processSet) {
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
   return impl_->push(std::move(ops));
+}
+
+ProcessSetContext Engine::Impl::processSetContext() {
+  return ProcessSetContext{config, identity, store, localAddress, hosts, tunables};
 }
 
 std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange change) {

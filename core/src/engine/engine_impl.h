@@ -32,6 +32,8 @@ struct Engine::Impl {
 
   Handle push(std::vector<PendingOp> ops);
   void stopAndJoin();
+  // What connecting a process set needs (constructor and loop thread).
+  ProcessSetContext processSetContext();
   // Queues an internal op of set 0 changing the process sets and waits for
   // it; returns its completed state (processSetId: the set added).
   std::shared_ptr<HandleState> changeProcessSets(ProcessSetChange change);
@@ -87,6 +89,8 @@ struct Engine::Impl {
   std::shared_ptr<Store> rootStore;  // unprefixed: arrival and failure keys
   std::shared_ptr<Store> store;      // this engine generation's keys
   std::string localAddress;          // how peers reach this rank
+  std::vector<std::string> hosts;    // by rank: each rank's localAddress
+
   std::shared_ptr<spdlog::logger> log;
 
   TensorQueue queue;

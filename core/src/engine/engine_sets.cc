@@ -26,8 +26,7 @@ void Engine::Impl::changeProcessSetOnLoop(const Response& r) {
       added = nextSetId++;
       table.add(added, ranks);
       if (std::binary_search(ranks.begin(), ranks.end(), identity.rank)) {
-        const ProcessSetContext ctx{config, identity, store, localAddress, tunables};
-        auto set = connectProcessSet(ctx, added, std::move(ranks));
+        auto set = connectProcessSet(processSetContext(), added, std::move(ranks));
         set->executor->setTimeline(timeline.get());
         sets[added] = std::move(set);
       }

@@ -8,8 +8,6 @@
 namespace kolo {
 namespace {
 
-std::string hostKey(int rank) { return "host/" + std::to_string(rank); }
-
 std::string rankList(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
@@ -131,23 +129,20 @@ ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity iden
       stall(config, identity, ranks, label),
       joined(ranks.size(), false) {}
 
-void publishHost(Store& store, int rank, const std::string& host) {
-  store.set(hostKey(rank), std::vector<char>(host.begin(), host.end()));
-}
-
 Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
                             const std::vector<std::string>& hosts) {
   Identity id;
   id.size = static_cast<int>(ranks.size());
   id.rank = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), job.rank) -
                              ranks.begin());
-  const std::string& mine = hosts[id.rank];
+  auto hostOf = [&](int i) -> const std::string& { return hosts.at(ranks[i]); };
+  const std::string& mine = hostOf(id.rank);
   std::vector<std::string> hostOrder;  // hosts in order of their first member
   for (int i = 0; i < id.size; ++i) {
-    if (std::find(hostOrder.begin(), hostOrder.end(), hosts[i]) == hostOrder.end()) {
-      hostOrder.push_back(hosts[i]);
+    if (std::find(hostOrder.begin(), hostOrder.end(), hostOf(i)) == hostOrder.end()) {
+      hostOrder.push_back(hostOf(i));
     }
-    if (hosts[i] != mine) continue;
+    if (hostOf(i) != mine) continue;
     if (i < id.rank) ++id.localRank;
     ++id.localSize;
   }
@@ -157,7 +152,7 @@ Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
   for (const std::string& host : hostOrder) {
     int local = 0;
     for (int i = 0; i < id.size; ++i) {
-      if (hosts[i] != host) continue;
+      if (hostOf(i) != host) continue;
       if (local++ != id.localRank) continue;
       if (host == mine) id.crossRank = id.crossSize;
       ++id.crossSize;
@@ -172,12 +167,7 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
   std::shared_ptr<Store> store = ctx.store;
   std::vector<int> worldRanks;
   if (id != 0) {
-    std::vector<std::string> hosts;
-    for (int r : ranks) {
-      auto bytes = ctx.store->get(hostKey(r), ctx.config.timeout);
-      hosts.emplace_back(bytes.begin(), bytes.end());
-    }
-    identity = processSetIdentity(ctx.job, ranks, hosts);
+    identity = processSetIdentity(ctx.job, ranks, ctx.hosts);
     store = std::make_shared<PrefixStore>("ps/" + std::to_string(id) + "/", ctx.store);
     worldRanks = ranks;
   }

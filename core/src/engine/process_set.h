@@ -97,17 +97,15 @@ struct ProcessSetContext {
   const Identity& job;
   std::shared_ptr<Store> store;  // the engine generation's store
   std::string localAddress;
+  const std::vector<std::string>& hosts;  // by job rank (empty while set 0 connects)
   Tunables& tunables;
 };
 
 // This rank's place in a set: rank and size within ranks; local and cross
-// ranks among the members, from the host keys every rank published
-// (hosts[i]: host of ranks[i]).
+// ranks among the members from the hosts of the job's ranks (hosts[r]:
+// where rank r runs).
 Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
                             const std::vector<std::string>& hosts);
-
-// Publishes this rank's host key (its address) for processSetIdentity.
-void publishHost(Store& store, int rank, const std::string& host);
 
 // Connects the control channel and data plane of set id among its members;
 // every member calls this at the same point (set 0 and static sets in the

@@ -93,11 +93,17 @@ def init(comm=None, process_sets=None):
     same on every rank; they get ids 1, 2, ... in this order. "dynamic" is
     accepted for Horovod compatibility: kolo always allows
     add_process_set/remove_process_set. comm (an MPI communicator) is not
-    supported."""
+    supported. Calling init() again while initialized does nothing (as in
+    Horovod); shutdown() first to start a new engine."""
     if comm is not None:
         raise NotImplementedError("kolo.torch.init: comm= (an MPI communicator) is not "
                                   "supported; kolo takes its ranks from the launcher")
     static = _process_sets._static_ranks(process_sets)
+    if _kolo.is_initialized():
+        # Horovod programs call init() again (its test suites do in every
+        # test): a no-op, except that sets named here must exist already.
+        _process_sets._adopt(static)
+        return
     _kolo.init([ps.ranks for ps in static])
     _process_sets._setup(static)
     _install_excepthook()

@@ -100,6 +100,21 @@ def _setup(static_sets):
         _registered.setdefault(ps.process_set_id, []).append(ps)
 
 
+def _adopt(static_sets):
+    """init() while initialized: the given sets take the ids of the existing
+    sets with their ranks (ValueError when there is none)."""
+    by_ranks = {tuple(_kolo.process_set_ranks(i)): i for i in _kolo.process_set_ids()}
+    for ps in static_sets:
+        set_id = by_ranks.get(tuple(ps.ranks))
+        if set_id is None:
+            raise ValueError("init(process_sets=...): kolo is already initialized and has no "
+                             "process set of ranks %s; add it with add_process_set(), or call "
+                             "shutdown() before init()" % ps.ranks)
+        ps.process_set_id = set_id
+        if ps not in _registered.setdefault(set_id, []):
+            _registered[set_id].append(ps)
+
+
 def _static_ranks(process_sets):
     """init()'s process_sets argument as ProcessSet objects ([] for None and
     "dynamic")."""
