@@ -60,10 +60,15 @@ TEST(ProcessSets, OpsRunAmongMembersOnlyAndOutsideRanksNeverWait) {
       std::vector<float> v(5, static_cast<float>(rank + 1));
       allreduce(engine, "x", v, set).wait();
       EXPECT_FLOAT_EQ(v[4], 1.0f + 3.0f);  // ranks 0 and 2 only
+      // Counted in the set's statistics, and in the engine's totals.
+      EXPECT_EQ(engine.stats(set).responses, 1u);
+      EXPECT_GE(engine.stats(set).cycles, 1u);
+      EXPECT_GE(engine.stats().responses, 1u);
       ++setDone;
     } else {
       ASSERT_TRUE(eventually([&] { return setDone == 2; }))
           << "the set's members waited for rank 1, which is not in the set";
+      EXPECT_THROW(engine.stats(set), InvalidArgument);
       std::vector<float> v(2);
       try {
         allreduce(engine, "x", v, set);
@@ -111,6 +116,40 @@ TEST(ProcessSets, SetsProgressIndependently) {
     EXPECT_GT(engine.stats().cycles, 0u);
     engine.barrier().wait();  // a rank that shuts down ends the job for all
   });
+}
+
+TEST(ProcessSets, AnIdleRankOutsideTheSetDoesNotSlowItDown) {
+  // Every set's cycles follow set 0's, in which every rank takes part. An
+  // idle rank backs off to 16 cycle times between cycles unless it learns
+  // that some rank has work: with a 10 ms cycle, 10 operations of set {0,1}
+  // would take 1.6 s or more behind an idle rank 2; they take about 0.1 s.
+  Config config = testConfig();
+  config.cycleTime = std::chrono::milliseconds(10);
+  std::atomic<bool> done{false};
+  double seconds = 0;
+  spawnWithSets(
+      3, {{0, 1}},
+      [&](int rank, Engine& engine) {
+        if (rank == 2) {
+          while (!done) std::this_thread::sleep_for(milliseconds(5));
+          engine.barrier().wait();
+          return;
+        }
+        std::this_thread::sleep_for(milliseconds(300));  // rank 2 is in full back-off now
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 10; ++i) {
+          std::vector<float> v(2, 1.0f);
+          allreduce(engine, "paced", v, 1).wait();
+        }
+        if (rank == 0) {
+          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                        .count();
+          done = true;
+        }
+        engine.barrier().wait();
+      },
+      config);
+  EXPECT_LT(seconds, 1.0) << "the set's ops were paced by the idle rank outside it";
 }
 
 TEST(ProcessSets, EveryOperationUsesTheSetsRanksAndOrder) {

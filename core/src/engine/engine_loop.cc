@@ -45,7 +45,7 @@ void Engine::Impl::finishOnLoop() {
 
 void Engine::Impl::cyclesOnLoop() {
   auto cycleStart = std::chrono::steady_clock::now();
-  int idleCycles = 0;  // iterations in a row with nothing pending here
+  int idleCycles = 0;  // iterations in a row with nothing pending on any rank
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
     // ~3% of a core on empty cycles; new work still wakes it at once, and a
@@ -140,6 +140,11 @@ bool Engine::Impl::cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::
       in.abortMessage = abortMessage;
     }
     if (identity.rank == 0) in.tune = proposal;
+    // Ops of other sets still in drained count too: they run after this.
+    in.busy = !drained.empty();
+    for (const auto& [id, other] : sets) {
+      in.busy = in.busy || !other->pending.empty() || !other->fresh.empty();
+    }
   }
   if (set.identity.rank == 0) in.stallCheckDue = set.stall.checkDue(now);
   CycleOutput out = set.controller->runCycle(in);
@@ -165,7 +170,10 @@ bool Engine::Impl::cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::
   revertEvictedOnLoop(set, set.evictedThisCycle);
   set.evictedThisCycle.clear();
   if (out.stallCheck && !stallRoundOnLoop(set)) return false;
-  busy = busy || !set.pending.empty() || !out.cached.empty() || !out.uncached.empty();
+  // Busy (no idle back-off) while this rank has work, and while any rank
+  // has: an idle rank paces the set 0 cycles that every set runs after.
+  busy = busy || out.anyBusy || !set.pending.empty() || !out.cached.empty() ||
+         !out.uncached.empty();
   return true;
 }
 

@@ -12,7 +12,9 @@
 // check round requested by rank 0 (then the engine runs it right after this
 // cycle, see StallInspector), or a tunables change decided by rank 0's
 // autotuner (then rank 0 broadcasts it and every rank applies it before
-// fusing this cycle's responses).
+// fusing this cycle's responses). A busy bit tells idle ranks that some rank
+// has work, in a set they may not belong to, so that they keep cycling at
+// full rate instead of backing off (their set 0 cycles pace every set's).
 // Loop thread only.
 #pragma once
 
@@ -41,6 +43,7 @@ struct CycleInput {
   std::string abortMessage;
   bool stallCheckDue = false;             // rank 0: ask for a stall check round
   std::optional<autotune::Decision> tune; // rank 0: tunables to apply everywhere
+  bool busy = false;                      // this rank has work (in any process set)
 };
 
 // How the job ends when some rank stops (shutdown or abort).
@@ -55,6 +58,7 @@ struct CycleOutput {
   std::vector<Response> uncached;  // from the coordinator; run second
   std::vector<int> evictedBits;    // invalidated on every rank this cycle
   bool stallCheck = false;         // every rank runs a stall check round now
+  bool anyBusy = false;            // some rank set CycleInput::busy
   std::optional<autotune::Decision> tuned;  // applied on every rank this cycle
   bool stop = false;
   StopInfo stopInfo;
