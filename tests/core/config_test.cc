@@ -23,7 +23,8 @@ TEST(Config, DefaultsMatchTheDocumentation) {
   EXPECT_EQ(c.cacheCapacity, 4096);
   EXPECT_EQ(c.timeout, std::chrono::seconds(60));
   EXPECT_EQ(c.stallCheckTime, std::chrono::seconds(60));
-  EXPECT_EQ(c.stallShutdownTime, std::chrono::seconds(0));
+  // Finite: a stalled job ends with an error instead of hanging.
+  EXPECT_EQ(c.stallShutdownTime, std::chrono::seconds(600));
   EXPECT_EQ(c.logLevel, LogLevel::kWarning);
   EXPECT_EQ(c.controller, "gloo");
   EXPECT_EQ(c.cpuOperations, "gloo");

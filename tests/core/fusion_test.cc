@@ -93,7 +93,7 @@ TEST(ResponseCache, LruEvictionAndChangeDetection) {
 }
 
 TEST(MessageTable, ReadyOnlyWhenAllRanksSubmitAndReportsWaiters) {
-  MessageTable table(3);
+  MessageTable table({0, 1, 2}, "");
   RequestMsg m;
   m.request.name = "x";
   m.request.shape = {2};

@@ -141,6 +141,81 @@ TEST(Stall, ShutdownTimeFailsThePendingOpsOnEveryRankInsteadOfHanging) {
   EXPECT_EQ(logs.matching("'loss' missing on ranks [1]", "[warning]").size(), 2u);
 }
 
+TEST(Stall, ASetsStallEndsTheJobOnEveryRankNamingTheSet) {
+  LogCapture logs;
+  Config config = testConfig();
+  config.stallCheckTime = std::chrono::milliseconds(200);
+  config.stallShutdownTime = std::chrono::milliseconds(600);
+  logs.install(config);
+  std::vector<std::string> errors(3);
+  spawnWithSets(
+      3, {{0, 2}},
+      [&](int rank, Engine& engine) {
+        std::vector<float> v(4, 1.0f);
+        auto start = Clock::now();
+        if (rank == 0) {
+          Request q = makeRequest("loss", OpType::kAllreduce, DataType::kFloat32, {4});
+          q.processSet = 1;
+          try {
+            engine.enqueue(q, Entry{v.data(), v.data(), {}, {}}).wait();
+            ADD_FAILURE() << "expected the stalled op to fail";
+          } catch (const Timeout& e) {
+            errors[rank] = e.what();
+          }
+        } else {
+          // Rank 2 (in the set) never submits 'loss'; rank 1 is outside it.
+          // Both learn that the job ended.
+          while (engine.failure().ok() && Clock::now() - start < std::chrono::seconds(10)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          errors[rank] = engine.failure().message;
+        }
+        double took = std::chrono::duration<double>(Clock::now() - start).count();
+        EXPECT_GE(took, 0.55);
+        EXPECT_LT(took, 5.0);
+      },
+      config);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("process set 1 (ranks 0,2): stalled for more than"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("'loss' missing on ranks [2] (submitted by ranks [0]"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+  }
+  // The warning went to the set's ranks only.
+  EXPECT_EQ(logs.matching("process set 1 (ranks 0,2): stall:", "[warning]").size(), 2u);
+}
+
+TEST(Stall, EveryEngineOfAProcessChecksForStallsNotOnlyTheFirst) {
+  // init(); shutdown(); init() in one process: the second engine warns too.
+  LogCapture logs;
+  Config config = testConfig();
+  config.stallCheckTime = std::chrono::milliseconds(300);
+  logs.install(config);
+  auto store = makeHashStore();
+  runRanks(2, [&](int rank) {
+    {
+      Engine first(config, localIdentity(rank, 2), store);
+      std::vector<float> v(2, 1.0f);
+      submit(first, "first", v).wait();
+      first.shutdown();
+    }
+    Engine second(config, localIdentity(rank, 2), store);
+    std::vector<float> v(2, 1.0f);
+    Handle h;
+    if (rank == 0) h = submit(second, "lonely", v);
+    EXPECT_TRUE(logs.waitFor("'lonely' missing on ranks [1]", "[kolo rank " +
+                                                                  std::to_string(rank) + "]",
+                             1, std::chrono::seconds(10)))
+        << "rank " << rank << " of the second engine never warned";
+    if (rank == 1) h = submit(second, "lonely", v);
+    h.wait();
+    EXPECT_FLOAT_EQ(v[0], 2.0f);
+    second.barrier().wait();
+  });
+}
+
 TEST(Stall, CheckRoundsOnlyEveryCheckPeriodAndNoneWhenDisabled) {
   for (int checkMs : {0, 400}) {
     Config config = testConfig();

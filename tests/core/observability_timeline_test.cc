@@ -128,6 +128,32 @@ TEST(Timeline, EveryRankWritesJsonWithTheDocumentedSpansPerTensor) {
   }
 }
 
+TEST(Timeline, AProcessSetsTensorsHaveTheirOwnRows) {
+  // 'x' in set 0 and 'x' in a rank's own set are two tensors, on two rows.
+  fs::path dir = freshDir("sets");
+  Config config = testConfig();
+  config.timelinePath = (dir / "trace.json").string();
+  spawnWithSets(
+      2, {{0}, {1}},
+      [&](int rank, Engine& engine) {
+        for (int set : {0, rank + 1}) {
+          std::vector<float> v(8, 1.0f);
+          Request q = makeRequest("x", OpType::kAllreduce, DataType::kFloat32, {8});
+          q.processSet = set;
+          engine.enqueue(q, Entry{v.data(), v.data(), {}, {}}).wait();
+        }
+        engine.barrier().wait();  // a rank that shuts down ends the job for all
+      },
+      config);
+  auto spans = spansByTensor(json::parse(readFile((dir / "trace.json").string())));
+  EXPECT_EQ(spans["x"], kSingleSpans);
+  EXPECT_EQ(spans["x [process set 1]"], kSingleSpans);
+  EXPECT_EQ(spans.count("x [process set 2]"), 0u);  // rank 0 is not in set 2
+  auto rank1 = spansByTensor(json::parse(readFile((dir / "trace.rank1.json").string())));
+  EXPECT_EQ(rank1["x"], kSingleSpans);
+  EXPECT_EQ(rank1["x [process set 2]"], kSingleSpans);
+}
+
 TEST(Timeline, FileCutOffMidRunIsAnArrayMissingOnlyItsBracket) {
   fs::path dir = freshDir("midrun");
   Config config = testConfig();

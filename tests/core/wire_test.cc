@@ -44,6 +44,39 @@ ResponseList sampleResponses() {
   return list;
 }
 
+TEST(Wire, ProcessSetChangesRoundTripAndAreChecked) {
+  RequestList list;
+  RequestMsg m;
+  m.request.name = "kolo.process_set.0";
+  m.request.op = OpType::kProcessSet;
+  m.setChange.ranks = {0, 2};
+  list.requests.push_back(m);
+  m.request.name = "kolo.process_set.1";
+  m.setChange = ProcessSetChange{};
+  m.setChange.removeId = 3;
+  list.requests.push_back(m);
+  auto back = wire::decodeRequestList(wire::encode(list), 3);
+  ASSERT_EQ(back.requests.size(), 2u);
+  EXPECT_EQ(back.requests[0].request.op, OpType::kProcessSet);
+  EXPECT_EQ(back.requests[0].setChange.ranks, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(back.requests[0].setChange.removeId, -1);
+  EXPECT_EQ(back.requests[1].setChange.removeId, 3);
+  EXPECT_TRUE(back.requests[1].setChange.ranks.empty());
+  ResponseList responses;
+  Response r;
+  r.op = OpType::kProcessSet;
+  r.names = {"kolo.process_set.0"};
+  r.shapes = {{}};
+  r.setChange.ranks = {1, 2};
+  responses.responses.push_back(r);
+  EXPECT_EQ(wire::decodeResponseList(wire::encode(responses), 3).responses[0].setChange.ranks,
+            (std::vector<int32_t>{1, 2}));
+  // Ranks outside the job, or not ascending, are malformed.
+  EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 2), Internal);
+  responses.responses[0].setChange.ranks = {2, 1};
+  EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 3), Internal);
+}
+
 TEST(Wire, RoundTrips) {
   auto req = wire::decodeRequestList(wire::encode(sampleRequests()), 2);
   ASSERT_EQ(req.requests.size(), 2u);

@@ -79,11 +79,17 @@ void runRanks(int n, const std::function<void(int rank)>& fn,
 
 void spawn(int n, const std::function<void(int rank, Engine& engine)>& fn,
            const Config& config, std::chrono::seconds limit) {
+  spawnWithSets(n, {}, fn, config, limit);
+}
+
+void spawnWithSets(int n, const std::vector<std::vector<int>>& processSets,
+                   const std::function<void(int rank, Engine& engine)>& fn,
+                   const Config& config, std::chrono::seconds limit) {
   auto store = makeHashStore();
   runRanks(
       n,
       [&](int rank) {
-        Engine engine(config, localIdentity(rank, n), store);
+        Engine engine(config, localIdentity(rank, n), store, processSets);
         try {
           fn(rank, engine);
         } catch (const std::exception& e) {

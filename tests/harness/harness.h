@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "kolo/config.h"
 #include "kolo/engine.h"
@@ -34,5 +35,11 @@ void runRanks(int n, const std::function<void(int rank)>& fn,
 void spawn(int n, const std::function<void(int rank, Engine& engine)>& fn,
            const Config& config = testConfig(),
            std::chrono::seconds limit = std::chrono::seconds(90));
+
+// spawn() with static process sets given to every engine's constructor.
+void spawnWithSets(int n, const std::vector<std::vector<int>>& processSets,
+                   const std::function<void(int rank, Engine& engine)>& fn,
+                   const Config& config = testConfig(),
+                   std::chrono::seconds limit = std::chrono::seconds(90));
 
 }  // namespace kolo::test

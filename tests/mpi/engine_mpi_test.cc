@@ -1,7 +1,8 @@
 // Engine-level behaviour with KOLO_CONTROLLER=mpi and KOLO_CPU_OPERATIONS=mpi,
 // as an mpirun job (ctest label mpi, -np 2 and -np 3): every dtype through
 // the engine, fusion, the response cache's steady state, mismatch errors on
-// every rank, join, kolo::init() under mpirun, and a rank that aborts.
+// every rank, join, process sets, kolo::init() under mpirun, and a rank that
+// aborts.
 //
 // The application initialises MPI itself here (MPI_Init_thread SERIALIZED):
 // kolo must use it and leave finalising to the application.
@@ -197,6 +198,50 @@ TEST(EngineMpi, JoinedRankContributesZeros) {
   std::vector<float> after(2, 1.0f);
   allreduceFloats(*engine, "after", after).wait();
   EXPECT_EQ(after[0], static_cast<float>(n));
+}
+
+// Process sets over MPI sub-communicators (MPI_Comm_create_group among the
+// members): a static set and an added one, used only by their members.
+TEST(EngineMpi, ProcessSetsUseCommunicatorsOfTheirMembers) {
+  const int worldSize = launchInfoFromEnv().identity.size;
+  std::vector<int> last = {worldSize - 1};
+  auto engine = std::make_unique<Engine>(mpiConfig(), launchInfoFromEnv().identity,
+                                         makeHashStore(), std::vector<std::vector<int>>{last});
+  const int n = engine->size(), rank = engine->rank();
+  std::vector<int> evens;
+  for (int r = 0; r < n; r += 2) evens.push_back(r);
+  const int even = engine->addProcessSet(evens);
+  EXPECT_EQ(even, 2);
+  if (rank % 2 == 0) {
+    std::vector<float> v(4, static_cast<float>(rank));
+    Request q = makeRequest("ps", OpType::kAllreduce, DataType::kFloat32, {4});
+    q.processSet = even;
+    engine->enqueue(q, Entry{v.data(), v.data(), {}, {}}).wait();
+    float expect = 0;
+    for (int r : evens) expect += static_cast<float>(r);
+    EXPECT_EQ(v[3], expect);
+    std::vector<float> rows(2, static_cast<float>(rank)), out;
+    Request g = makeRequest("ps.gather", OpType::kAllgather, DataType::kFloat32, {1, 2});
+    g.processSet = even;
+    Entry e;
+    e.input = rows.data();
+    e.allocate = [&](const std::vector<int64_t>& shape) {
+      out.resize(static_cast<size_t>(numElements(shape)));
+      return static_cast<void*>(out.data());
+    };
+    engine->enqueue(g, e).wait();
+    ASSERT_EQ(out.size(), 2 * evens.size());
+    EXPECT_EQ(out.back(), static_cast<float>(evens.back()));
+  }
+  if (rank == n - 1) {
+    std::vector<float> v(2, 5.0f);
+    Request q = makeRequest("solo", OpType::kAllreduce, DataType::kFloat32, {2});
+    q.processSet = 1;
+    engine->enqueue(q, Entry{v.data(), v.data(), {}, {}}).wait();
+    EXPECT_EQ(v[0], 5.0f);
+  }
+  engine->removeProcessSet(even);
+  engine->barrier().wait();
 }
 
 // No KOLO_* variable and no MASTER_ADDR: mpirun means MPI for both planes

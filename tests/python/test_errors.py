@@ -85,15 +85,16 @@ def test_bad_tensors_are_value_errors(make, needle):
 
 
 def test_duplicate_name_in_flight():
-    # Only rank 0 checks, while the others hold their 'err.dup' back until
-    # it has tried the duplicate: otherwise the first one may already have
-    # completed (every rank submitted it) when rank 0 submits the second.
+    # Rank 0's 'err.dup' is surely in flight at its second try: the other
+    # ranks submit theirs only after that try (they learn of it through a
+    # broadcast), so it cannot have completed.
     if hvd.rank() == 0:
         h = hvd.allreduce_async(torch.ones(2), name="err.dup")
         with pytest.raises(hvd.KoloInvalidArgumentError, match="err.dup"):
             hvd.allreduce_async(torch.ones(2), name="err.dup")
-    hvd.barrier()
-    if hvd.rank() != 0:
+        hvd.broadcast_object("tried", 0, name="err.dup.tried")
+    else:
+        assert hvd.broadcast_object(None, 0, name="err.dup.tried") == "tried"
         h = hvd.allreduce_async(torch.ones(2), name="err.dup")
     hvd.synchronize(h)
 

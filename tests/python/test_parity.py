@@ -477,8 +477,8 @@ def test_object_collectives_like_horovod():
 
 # ---- the public surface ------------------------------------------------------------------------
 
-# horovod.torch's public names (0.28) that this branch provides; process sets,
-# grouped allgather/reducescatter and elastic are listed in the README.
+# horovod.torch's public names (0.28) that kolo provides (elastic lives in
+# kolo.torch.elastic, as horovod.torch.elastic).
 HOROVOD_NAMES = """
 Compression allgather_object broadcast_object broadcast_optimizer_state broadcast_parameters
 allreduce allreduce_async allreduce_ allreduce_async_ grouped_allreduce grouped_allreduce_async
@@ -488,7 +488,8 @@ reducescatter_async join barrier poll synchronize init shutdown is_initialized s
 stop_timeline size local_size cross_size rank local_rank cross_rank mpi_threads_supported
 mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built
 rocm_built Average Sum Adasum Min Max Product HorovodInternalError DistributedOptimizer
-SyncBatchNorm is_homogeneous
+SyncBatchNorm is_homogeneous ProcessSet add_process_set remove_process_set global_process_set
+grouped_allgather grouped_allgather_async grouped_reducescatter grouped_reducescatter_async
 """.split()
 
 

@@ -349,4 +349,66 @@ TEST_F(TorchCollectives, BroadcastParametersCoversBatchNormBuffers) {
   }
 }
 
+TEST_F(TorchCollectives, ProcessSetsOnEveryOperationAndTheOptimizer) {
+  spawn(3, [&](int rank, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    const kt::ProcessSet ps = ctx.add_process_set({2, 0});
+    EXPECT_EQ(ps.id(), 1);
+    EXPECT_FALSE(ctx.remove_process_set(kt::global_process_set));
+    const kolo::ProcessSetInfo info = ctx.process_set_info(ps);
+    EXPECT_EQ(info.included(), rank != 1);
+    // The optimizer is built on every rank; rank 1 (outside) steps alone.
+    auto model = torch::nn::Linear(2, 1);
+    {
+      torch::NoGradGuard guard;
+      model->weight.fill_(1.0);
+      model->bias.fill_(0.0);
+    }
+    auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                   torch::optim::SGDOptions(1.0));
+    kt::DistributedOptimizerOptions options;
+    options.process_set = ps;
+    kt::DistributedOptimizer opt(sgd, model->named_parameters(), options, ctx);
+    const float x = static_cast<float>((rank + 1) * (rank + 1));
+    model->forward(torch::full({1, 2}, x)).sum().backward();
+    opt.step();
+    // d/dweight = x: on ranks 0 and 2 the average of 1 and 9, on rank 1
+    // (outside the set) its own 4.
+    EXPECT_FLOAT_EQ(model->weight[0][0].item<float>(), rank == 1 ? -3.0f : -4.0f)
+        << "rank " << rank;
+    if (rank == 1) {
+      expectThrowContaining([&] { ctx.allreduce(torch::ones({1}), kt::Sum, "x", 1.0, 1.0, ps); },
+                            "not a member of process set 1 (ranks 0,2)");
+      ctx.barrier();
+      return;
+    }
+    const int me = rank / 2;  // rank within {0, 2}
+    at::Tensor r = torch::full({2}, static_cast<float>(rank));
+    EXPECT_EQ(ctx.allreduce(r, kt::Sum, "", 1.0, 1.0, ps)[0].item<float>(), 2.0f);
+    // Unnamed operations are counted per set.
+    EXPECT_EQ(ctx.name_or_next("", "allreduce", ps), "noname.allreduce.ps1.1");
+    auto gathered = ctx.grouped_allgather(
+        {torch::full({rank + 1}, static_cast<float>(rank)), torch::ones({1, 2})}, "gag",
+        ps);
+    EXPECT_TRUE(torch::equal(gathered[0], torch::tensor({0.0f, 2.0f, 2.0f, 2.0f})));
+    EXPECT_EQ(gathered[1].sizes(), (std::vector<int64_t>{2, 2}));
+    auto h = ctx.allgather_async(torch::full({rank + 1}, 1.0f), "ag.rows", ps);
+    h.wait();
+    EXPECT_EQ(h.received_splits(), (std::vector<int64_t>{1, 3}));
+    auto scattered = ctx.grouped_reducescatter({torch::ones({4}), torch::ones({3, 2})},
+                                               kt::Sum, "grs", 1.0, 1.0, ps);
+    EXPECT_TRUE(torch::equal(scattered[0], torch::full({2}, 2.0f)));
+    EXPECT_EQ(scattered[1].size(0), me == 0 ? 2 : 1);
+    at::Tensor b = ctx.broadcast(r, 2, "bc", ps);
+    EXPECT_TRUE(torch::equal(b, torch::full({2}, 2.0f)));
+    auto a2a = ctx.alltoall(torch::tensor({10.0f * rank, 10.0f * rank + 1}), {1, 1}, "a2a", ps);
+    EXPECT_TRUE(torch::equal(a2a.tensor, torch::tensor({static_cast<float>(me), 20.0f + me})));
+    EXPECT_EQ(ctx.broadcast_object(rank == 2 ? "from 2" : "", 2, "obj", ps), "from 2");
+    ctx.barrier(ps);
+    const int last = ctx.join(ps);
+    EXPECT_TRUE(last == 0 || last == 2) << last;
+    ctx.barrier();
+  });
+}
+
 }  // namespace

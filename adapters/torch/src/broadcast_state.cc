@@ -13,7 +13,7 @@ namespace {
 // Broadcasts every tensor in place under the engine name prefix + name.
 // All are enqueued before any is waited for, so they negotiate together.
 void broadcastAll(const NamedTensors& tensors, const std::string& prefix, int root,
-                  Context& ctx) {
+                  Context& ctx, ProcessSet set) {
   std::unordered_set<std::string> seen;
   for (const auto& item : tensors) {
     KOLO_CHECK_ARG(seen.insert(item.first).second,
@@ -24,7 +24,7 @@ void broadcastAll(const NamedTensors& tensors, const std::string& prefix, int ro
   std::exception_ptr error;
   try {
     for (const auto& [name, tensor] : tensors) {
-      handles.push_back(ctx.broadcast_async_(tensor, root, prefix + name));
+      handles.push_back(ctx.broadcast_async_(tensor, root, prefix + name, set));
     }
   } catch (...) {
     error = std::current_exception();
@@ -105,27 +105,30 @@ void loadOptimizer(::torch::optim::Optimizer& optimizer, const std::string& byte
 
 }  // namespace
 
-void broadcast_parameters(const NamedTensors& tensors, int root, Context& ctx) {
-  broadcastAll(tensors, "broadcast_parameters.", root, ctx);
+void broadcast_parameters(const NamedTensors& tensors, int root, Context& ctx,
+                          ProcessSet process_set) {
+  broadcastAll(tensors, "broadcast_parameters.", root, ctx, process_set);
 }
 
 void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& tensors,
-                          int root, Context& ctx) {
-  broadcastAll(to_named_tensors(tensors), "broadcast_parameters.", root, ctx);
+                          int root, Context& ctx, ProcessSet process_set) {
+  broadcastAll(to_named_tensors(tensors), "broadcast_parameters.", root, ctx, process_set);
 }
 
-void broadcast_parameters(const ::torch::nn::Module& module, int root, Context& ctx) {
+void broadcast_parameters(const ::torch::nn::Module& module, int root, Context& ctx,
+                          ProcessSet process_set) {
   NamedTensors all = to_named_tensors(module.named_parameters(/*recurse=*/true));
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
     all.emplace_back("buffer:" + item.key(), item.value());
   }
-  broadcastAll(all, "broadcast_parameters.", root, ctx);
+  broadcastAll(all, "broadcast_parameters.", root, ctx, process_set);
 }
 
-void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root, Context& ctx) {
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root, Context& ctx,
+                               ProcessSet process_set) {
   const bool isRoot = ctx.rank() == root;
   std::string bytes = isRoot ? saveOptimizer(optimizer) : std::string();
-  bytes = ctx.broadcast_object(bytes, root);
+  bytes = ctx.broadcast_object(bytes, root, "", process_set);
   if (!isRoot) loadOptimizer(optimizer, bytes, root);
 }
 

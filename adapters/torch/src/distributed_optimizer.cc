@@ -44,6 +44,8 @@ struct DistributedOptimizer::State {
 
   Context* ctx = nullptr;
   DistributedOptimizerOptions options;
+  bool member = true;  // of options.process_set; false: local steps only
+  int setSize = 1;     // ranks of options.process_set
   mutable std::mutex mu;
   std::vector<Slot> slots;
   std::vector<Group> groups;
@@ -107,6 +109,7 @@ struct DistributedOptimizer::State {
     request.op = OpType::kAllreduce;
     detail::describeTensor(s.send, detail::what("allreduce", request.name), request);
     request.reduceOp = options.op;
+    request.processSet = options.process_set.id();
     if (options.op == ReduceOp::kAverage) {
       request.prescale = 1.0 / options.gradient_predivide_factor;
       request.postscale = options.gradient_predivide_factor;
@@ -122,8 +125,10 @@ struct DistributedOptimizer::State {
     const at::Tensor grad = s.param.grad();
     s.sparse = true;
     s.sparseIndices =
-        ctx->allgather_async(grad._indices().t().contiguous(), s.requestName + ".indices");
-    s.sparseValues = ctx->allgather_async(grad._values().contiguous(), s.requestName + ".values");
+        ctx->allgather_async(grad._indices().t().contiguous(), s.requestName + ".indices",
+                             options.process_set);
+    s.sparseValues = ctx->allgather_async(grad._values().contiguous(), s.requestName + ".values",
+                                          options.process_set);
   }
 
   // Enqueues the allreduces of slots `members` (one slot, or a whole group);
@@ -165,7 +170,7 @@ struct DistributedOptimizer::State {
     if (s.sparse) {
       // As Horovod: every rank's entries, uncoalesced; Average divides them.
       at::Tensor values = s.sparseValues.wait();
-      if (options.op == ReduceOp::kAverage) values = values / ctx->size();
+      if (options.op == ReduceOp::kAverage) values = values / setSize;
       s.param.mutable_grad() = at::sparse_coo_tensor(
           s.sparseIndices.wait().t(), values.to(s.param.scalar_type()), s.param.sizes());
     } else if (grad.defined() && grad.is_sparse()) {
@@ -258,6 +263,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   State& st = *state_;
   st.ctx = &ctx;
   st.options = std::move(options);
+  // InvalidArgument for an unknown set.
+  const ProcessSetInfo setInfo = ctx.process_set_info(st.options.process_set);
+  st.member = setInfo.included();
+  st.setSize = setInfo.size();
 
   // Names: unique, and every optimizer parameter must have one.
   std::unordered_map<const c10::TensorImpl*, std::string> nameOf;
@@ -336,8 +345,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
     }
   }
 
-  // Hooks last, so a throwing constructor leaves no hook behind.
-  for (size_t i = 0; i < st.slots.size(); ++i) {
+  // Hooks last, so a throwing constructor leaves no hook behind. Outside
+  // the process set nothing is reduced, so no hooks.
+  for (size_t i = 0; st.member && i < st.slots.size(); ++i) {
     State::Slot& slot = st.slots[i];
     slot.accumulator = ::torch::autograd::impl::grad_accumulator(slot.param);
     KOLO_ENFORCE(slot.accumulator != nullptr,
@@ -367,6 +377,10 @@ void DistributedOptimizer::synchronize() {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.options.op == ReduceOp::kAdasum) return;  // step() reduces the update
     if (st.synchronized) return;
+    if (!st.member) {
+      st.synchronized = true;  // the local gradients stay as they are
+      return;
+    }
     // Every rank must submit every gradient: fill in what the hooks did not.
     for (auto& g : st.groups) {
       if (!st.slots[g.members.front()].submitted) st.submitLocked(g.members);
@@ -430,7 +444,8 @@ void DistributedOptimizer::adasumStep() {
         if (st.options.compression == Compression::kBF16) delta = delta.to(at::kBFloat16);
       }
       deltas.push_back(delta);
-      handles.push_back(st.ctx->allreduce_async_(delta, ReduceOp::kAdasum, s.requestName));
+      handles.push_back(st.ctx->allreduce_async_(delta, ReduceOp::kAdasum, s.requestName, 1.0,
+                                                  1.0, st.options.process_set));
     }
   }
   std::exception_ptr error;
@@ -455,7 +470,7 @@ void DistributedOptimizer::adasumStep() {
 at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {
   at::Tensor loss;
   if (closure) loss = closure();
-  if (state_->options.op == ReduceOp::kAdasum) {
+  if (state_->options.op == ReduceOp::kAdasum && state_->member) {
     adasumStep();
     return loss;
   }

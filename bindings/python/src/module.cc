@@ -68,9 +68,14 @@ void bindProcess(py::module_& m) {
   using Release = py::call_guard<py::gil_scoped_release>;
   // init() and shutdown() block on rendezvous and on the background thread,
   // which may need the GIL to free tensors that Python handed over.
-  m.def("init", &kolo::init, Release(),
+  m.def("init", &kolo::init, Release(), py::arg("process_sets"),
         "Joins the job described by the launcher's environment (kolorun, torchrun, "
-        "mpirun, Slurm; none: a job of size 1).");
+        "mpirun, Slurm; none: a job of size 1), with static process sets (ids 1, 2, ...).");
+  m.def(
+      "abort", [](const std::string& message) { kolo::defaultEngine().abort(message); },
+      Release(), py::arg("message"),
+      "Fails this rank with message: every rank's pending and later operations fail with "
+      "'rank R failed: message'.");
   m.def("shutdown", &kolo::shutdown, Release());
   m.def("is_initialized", &kolo::isInitialized);
   m.def("rank", &kolo::rank);
@@ -87,6 +92,7 @@ void bindProcess(py::module_& m) {
     info["mpi"] = bool(KOLO_WITH_MPI);
     info["cuda"] = bool(KOLO_WITH_CUDA);
     info["nccl"] = bool(KOLO_WITH_NCCL);
+    info["nccl_version"] = kolo::ncclVersion();
     return info;
   });
   // The running engine's configuration (after init()).
@@ -112,8 +118,11 @@ void bindProcess(py::module_& m) {
   // for Python-side composite operations.
   m.def(
       "next_name",
-      [](const std::string& op) { return kolo::torch::default_context().name_or_next("", op.c_str()); },
-      py::arg("op"));
+      [](const std::string& op, int set) {
+        return kolo::torch::default_context().name_or_next("", op.c_str(),
+                                                           kolo::torch::ProcessSet(set));
+      },
+      py::arg("op"), py::arg("process_set") = 0);
 }
 
 }  // namespace kolo::python

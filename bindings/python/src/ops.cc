@@ -37,70 +37,96 @@ void bindOps(py::module_& m) {
            "alltoall: rows received from each rank (after wait()).");
 
   auto& ctx = kt::default_context();
+  // Every operation takes the process set's id last (0: every rank).
+  using kt::ProcessSet;
 
   m.def(
       "allreduce_async",
       [&ctx](const at::Tensor& t, ReduceOp op, const std::string& name, double prescale,
-             double postscale, bool inplace) {
-        return inplace ? ctx.allreduce_async_(t, op, name, prescale, postscale)
-                       : ctx.allreduce_async(t, op, name, prescale, postscale);
+             double postscale, bool inplace, int set) {
+        return inplace ? ctx.allreduce_async_(t, op, name, prescale, postscale, ProcessSet(set))
+                       : ctx.allreduce_async(t, op, name, prescale, postscale, ProcessSet(set));
       },
       Release(), py::arg("tensor"), py::arg("op"), py::arg("name"), py::arg("prescale"),
-      py::arg("postscale"), py::arg("inplace"));
+      py::arg("postscale"), py::arg("inplace"), py::arg("process_set"));
 
   m.def(
       "grouped_allreduce_async",
       [&ctx](const std::vector<at::Tensor>& ts, ReduceOp op, const std::string& name,
-             double prescale, double postscale) {
-        return ctx.grouped_allreduce_async(ts, op, name, prescale, postscale);
+             double prescale, double postscale, int set) {
+        return ctx.grouped_allreduce_async(ts, op, name, prescale, postscale, ProcessSet(set));
       },
       Release(), py::arg("tensors"), py::arg("op"), py::arg("name"), py::arg("prescale"),
-      py::arg("postscale"));
+      py::arg("postscale"), py::arg("process_set"));
 
   m.def(
       "allgather_async",
-      [&ctx](const at::Tensor& t, const std::string& name) { return ctx.allgather_async(t, name); },
-      Release(), py::arg("tensor"), py::arg("name"));
+      [&ctx](const at::Tensor& t, const std::string& name, int set) {
+        return ctx.allgather_async(t, name, ProcessSet(set));
+      },
+      Release(), py::arg("tensor"), py::arg("name"), py::arg("process_set"));
+
+  m.def(
+      "grouped_allgather_async",
+      [&ctx](const std::vector<at::Tensor>& ts, const std::string& name, int set) {
+        return ctx.grouped_allgather_async(ts, name, ProcessSet(set));
+      },
+      Release(), py::arg("tensors"), py::arg("name"), py::arg("process_set"));
 
   m.def(
       "broadcast_async",
-      [&ctx](const at::Tensor& t, int root, const std::string& name, bool inplace) {
-        return inplace ? ctx.broadcast_async_(t, root, name) : ctx.broadcast_async(t, root, name);
+      [&ctx](const at::Tensor& t, int root, const std::string& name, bool inplace, int set) {
+        return inplace ? ctx.broadcast_async_(t, root, name, ProcessSet(set))
+                       : ctx.broadcast_async(t, root, name, ProcessSet(set));
       },
-      Release(), py::arg("tensor"), py::arg("root"), py::arg("name"), py::arg("inplace"));
+      Release(), py::arg("tensor"), py::arg("root"), py::arg("name"), py::arg("inplace"),
+      py::arg("process_set"));
 
   m.def(
       "alltoall_async",
-      [&ctx](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name) {
-        return ctx.alltoall_async(t, splits, name);
-      },
-      Release(), py::arg("tensor"), py::arg("splits"), py::arg("name"));
+      [&ctx](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name,
+             int set) { return ctx.alltoall_async(t, splits, name, ProcessSet(set)); },
+      Release(), py::arg("tensor"), py::arg("splits"), py::arg("name"), py::arg("process_set"));
 
   m.def(
       "reducescatter_async",
       [&ctx](const at::Tensor& t, ReduceOp op, const std::string& name, double prescale,
-             double postscale) { return ctx.reducescatter_async(t, op, name, prescale, postscale); },
+             double postscale, int set) {
+        return ctx.reducescatter_async(t, op, name, prescale, postscale, ProcessSet(set));
+      },
       Release(), py::arg("tensor"), py::arg("op"), py::arg("name"), py::arg("prescale"),
-      py::arg("postscale"));
+      py::arg("postscale"), py::arg("process_set"));
 
   m.def(
-      "barrier", [&ctx] { ctx.barrier(); }, Release());
+      "grouped_reducescatter_async",
+      [&ctx](const std::vector<at::Tensor>& ts, ReduceOp op, const std::string& name,
+             double prescale, double postscale, int set) {
+        return ctx.grouped_reducescatter_async(ts, op, name, prescale, postscale,
+                                               ProcessSet(set));
+      },
+      Release(), py::arg("tensors"), py::arg("op"), py::arg("name"), py::arg("prescale"),
+      py::arg("postscale"), py::arg("process_set"));
+
   m.def(
-      "join", [&ctx] { return ctx.join(); }, Release(),
-      "Blocks until every rank joined; returns the last rank to join.");
+      "barrier", [&ctx](int set) { ctx.barrier(ProcessSet(set)); }, Release(),
+      py::arg("process_set"));
+  m.def(
+      "join", [&ctx](int set) { return ctx.join(ProcessSet(set)); }, Release(),
+      py::arg("process_set"),
+      "Blocks until every rank of the set joined; returns the last rank to join.");
 
   // bytes in, bytes out: the payload must not go through str conversion.
   m.def(
       "broadcast_object_bytes",
-      [&ctx](const std::string& bytes, int root, const std::string& name) {
+      [&ctx](const std::string& bytes, int root, const std::string& name, int set) {
         std::string out;
         {
           py::gil_scoped_release release;
-          out = ctx.broadcast_object(bytes, root, name);
+          out = ctx.broadcast_object(bytes, root, name, ProcessSet(set));
         }
         return py::bytes(out);
       },
-      py::arg("data"), py::arg("root"), py::arg("name"));
+      py::arg("data"), py::arg("root"), py::arg("name"), py::arg("process_set"));
 
   // SyncBatchNorm's training-mode forward (kolo::torch::sync_batch_norm):
   // the result carries a C++ autograd node whose backward reduces over ranks.
@@ -119,9 +145,28 @@ void bindOps(py::module_& m) {
 
   m.def(
       "broadcast_parameters",
-      [](const kt::NamedTensors& tensors, int root) { kt::broadcast_parameters(tensors, root); },
-      Release(), py::arg("tensors"), py::arg("root"),
+      [&ctx](const kt::NamedTensors& tensors, int root, int set) {
+        kt::broadcast_parameters(tensors, root, ctx, ProcessSet(set));
+      },
+      Release(), py::arg("tensors"), py::arg("root"), py::arg("process_set"),
       "Broadcasts (name, tensor) pairs in place from root, negotiated together.");
+
+  // Process sets (collective over every rank; see kolo/torch/process_sets.py).
+  m.def(
+      "add_process_set",
+      [&ctx](const std::vector<int>& ranks) { return ctx.add_process_set(ranks).id(); },
+      Release(), py::arg("ranks"));
+  m.def(
+      "remove_process_set", [&ctx](int set) { ctx.remove_process_set(ProcessSet(set)); },
+      Release(), py::arg("process_set"));
+  m.def(
+      "process_set_ranks", [&ctx](int set) { return ctx.process_set_info(ProcessSet(set)).ranks; },
+      py::arg("process_set"), "The ranks of a process set (InvalidArgument if unknown).");
+  m.def("process_set_ids", [&ctx] {
+    std::vector<int> ids;
+    for (const auto& info : ctx.engine().processSets()) ids.push_back(info.id);
+    return ids;
+  });
 }
 
 }  // namespace kolo::python

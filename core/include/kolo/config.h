@@ -31,8 +31,14 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   // KOLO_STALL_CHECK_TIME: seconds before a stall warning; 0 disables.
   std::chrono::milliseconds stallCheckTime{std::chrono::seconds(60)};
-  // KOLO_STALL_SHUTDOWN_TIME: seconds before a stall fails the job; 0 = off.
-  std::chrono::milliseconds stallShutdownTime{0};
+  // KOLO_STALL_SHUTDOWN_TIME: seconds a tensor may wait for ranks that never
+  // submit it before the job fails on every rank with an error naming the
+  // tensor and those ranks (per process set); 0 waits forever. Default 600
+  // s, like PyTorch's collectives' 10-minute timeout: a rank stuck in
+  // another collective (say, after its own error) must not hang the job.
+  // Raise it for jobs whose ranks legitimately wait longer (e.g. in a
+  // barrier while one rank evaluates for over 10 minutes).
+  std::chrono::milliseconds stallShutdownTime{std::chrono::seconds(600)};
   // KOLO_TIMELINE: path of a Chrome-trace timeline file; empty = off.
   std::string timelinePath;
   // KOLO_AUTOTUNE: tune fusion threshold and cycle time online.

@@ -33,9 +33,14 @@ struct Request {
   double prescale = 1.0;               // multiplied in before the reduction
   double postscale = 1.0;              // multiplied in after it
   int root = 0;                        // broadcast
-  // alltoall: number of first-dimension rows sent to each rank (size() ==
-  // world size); empty means an even split.
+  // alltoall: number of first-dimension rows sent to each rank of the
+  // process set (size() == the set's size); empty means an even split.
   std::vector<int64_t> splits;
+  // The process set the operation runs in (Engine::addProcessSet); 0 is the
+  // set of all ranks. Names are per set. root is a rank of the job (not of
+  // the set) and must be a member; allgather and alltoall order their
+  // blocks by the set's rank order.
+  int processSet = 0;
 };
 
 // Shape of an output whose size is known only after negotiation (allgather,
@@ -55,6 +60,16 @@ struct Entry {
 
 struct HandleState;
 
+// A process set as this rank sees it: which ranks belong to it and where
+// this rank sits in it.
+struct ProcessSetInfo {
+  int id = 0;
+  std::vector<int> ranks;  // ranks of the job, ascending
+  int rank = -1;           // this rank's place in ranks; -1: not a member
+  int size() const { return static_cast<int>(ranks.size()); }
+  bool included() const { return rank >= 0; }
+};
+
 // Completion of one enqueued operation. Copyable; all copies share state.
 class Handle {
  public:
@@ -72,7 +87,8 @@ class Handle {
   Status status() const;
   // Output shape decided by negotiation (allgather/alltoall/reducescatter).
   std::vector<int64_t> outputShape() const;
-  // alltoall: rows received from each rank.
+  // alltoall: rows received from each rank of the set; allgather: rows
+  // each rank of the set contributed (0 for a joined rank).
   std::vector<int64_t> receivedSplits() const;
   // join: the last rank to join.
   int joinResult() const;
@@ -81,9 +97,10 @@ class Handle {
   std::shared_ptr<HandleState> state_;
 };
 
-// Counters for tests and benchmarks. Read with Engine::stats().
+// Counters for tests and benchmarks. Read with Engine::stats() (the whole
+// engine) or Engine::stats(id) (one process set).
 struct EngineStats {
-  uint64_t cycles = 0;
+  uint64_t cycles = 0;  // negotiation cycles (Engine::stats(): of the global set)
   uint64_t coordinatorRounds = 0;  // cycles that gathered requests to rank 0
   uint64_t cachedResponses = 0;    // responses taken from the cache
   uint64_t responses = 0;          // executed responses (after fusion)
@@ -120,13 +137,28 @@ struct TuningState {
   bool converged = false;  // the autotuner stopped exploring
 };
 
+// Process sets: subsets of the ranks that negotiate and run operations
+// among themselves. Set 0 holds every rank. Each set has its own
+// negotiation (cache, fusion, stall inspector, join) over its own
+// connections; one background thread runs every set this rank belongs to,
+// one cycle each per loop iteration in increasing id, so the sets progress
+// independently, a rank outside a set never waits on it, and the order of
+// operations within each set stays the same on all of its ranks.
+//
+// Adding or removing a set is a collective of all ranks (negotiated on set
+// 0): every rank calls addProcessSet/removeProcessSet with the same
+// arguments in the same order. Ids are assigned in that order (1, 2, ...)
+// and never reused.
 class Engine {
  public:
   // Rendezvous with the other ranks through store (bounded by
   // config.timeout), then starts the background thread. The store is
   // prefixed internally; several engines may share one store if each gets
-  // its own PrefixStore.
-  Engine(Config config, Identity identity, std::shared_ptr<Store> store);
+  // its own PrefixStore. processSets: static sets created before any
+  // operation (ids 1, 2, ... in this order); every rank passes the same
+  // list (InvalidArgument otherwise, naming the ranks that disagree).
+  Engine(Config config, Identity identity, std::shared_ptr<Store> store,
+         std::vector<std::vector<int>> processSets = {});
   ~Engine();  // shutdown()
 
   Engine(const Engine&) = delete;
@@ -137,19 +169,37 @@ class Engine {
   // here; errors found in negotiation or execution complete the handle.
   Handle enqueue(Request request, Entry entry);
 
-  // Queues several allreduces negotiated and fused as a unit: none runs
-  // until every member is ready on every rank.
+  // Queues several operations of one kind (allreduce, allgather or
+  // reducescatter) and one process set, negotiated as a unit: none runs
+  // until every member is ready on every rank of the set.
   std::vector<Handle> enqueueGroup(std::vector<Request> requests,
                                    std::vector<Entry> entries);
 
-  // This rank ran out of data: from now on it takes part in allreduce
-  // (contributing zeros), allgather (contributing no rows) and broadcast
-  // without submitting them. Completes when every rank has joined; the
-  // handle's joinResult() is the last rank to join.
-  Handle join();
+  // This rank ran out of data: from now on, until every rank of the set has
+  // joined, it takes part in the set's operations without submitting them,
+  // with a neutral contribution: allreduce and reducescatter the identity
+  // of the reduce op (zeros for sum and average), allgather and alltoall no
+  // rows (rows sent to it are dropped), broadcast receives (it cannot be
+  // the root). Completes when every rank of the set has joined; the
+  // handle's joinResult() is the last rank (of the job) to join.
+  Handle join(int processSet = 0);
 
-  // Completes when every rank reached the barrier.
-  Handle barrier();
+  // Completes when every rank of the set reached the barrier.
+  Handle barrier(int processSet = 0);
+
+  // Creates a process set of ranks (any order, no duplicates) and returns
+  // its id. Collective over all ranks (see above); blocks until the set's
+  // members are connected. Throws InvalidArgument for bad or duplicate
+  // ranks and for a set with the same ranks as an existing one, Mismatch
+  // when ranks called it differently.
+  int addProcessSet(std::vector<int> ranks);
+  // Removes a process set; its pending operations fail. Collective over all
+  // ranks. Throws InvalidArgument for set 0 and for unknown ids.
+  void removeProcessSet(int id);
+  // Any thread. Throws InvalidArgument for unknown ids.
+  ProcessSetInfo processSet(int id) const;
+  // Every set that exists now, by increasing id.
+  std::vector<ProcessSetInfo> processSets() const;
 
   // Stops the background thread after telling the other ranks; pending
   // operations fail with ShutdownError. Idempotent.
@@ -163,7 +213,11 @@ class Engine {
   const Identity& identity() const;
   int rank() const { return identity().rank; }
   int size() const { return identity().size; }
+  // The whole engine: cycles of set 0, every other counter summed over
+  // all sets (removed ones included).
   EngineStats stats() const;
+  // One process set this rank belongs to (InvalidArgument otherwise).
+  EngineStats stats(int processSet) const;
   // Tunables in force (from Config, or as chosen by the autotuner).
   TuningState tuning() const;
 

@@ -42,7 +42,11 @@ enum class OpType : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  // Internal: adding or removing a process set, negotiated on set 0
+  // (Engine::addProcessSet / removeProcessSet); never enqueued by users.
+  kProcessSet = 7,
 };
+constexpr int kNumOpTypes = 8;
 
 enum class DeviceKind : uint8_t {
   kCpu = 0,

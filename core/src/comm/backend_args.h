@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kolo/config.h"
 #include "kolo/store.h"
@@ -17,6 +18,10 @@ struct BackendArgs {
   // Address peers should use to reach this rank ("127.0.0.1" when every rank
   // is local); ignored when config.iface names an interface.
   std::string localAddress;
+  // A process set's channels: the job rank of each rank of identity (whose
+  // rank and size are within the set). Empty: identity is the whole job.
+  // Backends that address processes by their job-wide name (MPI) need it.
+  std::vector<int> worldRanks = {};
 };
 
 }  // namespace kolo::comm

@@ -15,8 +15,11 @@
 #include "comm/cuda/staged_collectives.h"
 #endif
 #if KOLO_WITH_NCCL
+#include <nccl.h>
+
 #include "comm/nccl/factory.h"
 #endif
+#include "kolo/kolo.h"
 
 namespace kolo::comm {
 namespace {
@@ -53,7 +56,7 @@ std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
 #if KOLO_WITH_CUDA
   const BackendArgs gpuArgs{args.config, args.identity,
                             std::make_shared<PrefixStore>("gpu/", args.store),
-                            args.localAddress};
+                            args.localAddress, args.worldRanks};
 #if KOLO_WITH_NCCL
   if (backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
 #endif
@@ -85,3 +88,15 @@ std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const Bac
 }
 
 }  // namespace kolo::comm
+
+namespace kolo {
+
+int ncclVersion() {
+#if KOLO_WITH_NCCL
+  return NCCL_VERSION_CODE;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace kolo

@@ -62,6 +62,7 @@ const char* toString(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSet: return "process set change";
   }
   return "unknown-op";
 }

@@ -69,7 +69,7 @@ std::shared_ptr<Store> connectStore(const LaunchInfo& info, const Config& config
 
 }  // namespace
 
-void init() {
+void init(std::vector<std::vector<int>> processSets) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.engine) {
@@ -85,7 +85,7 @@ void init() {
   LaunchInfo info = launchInfoFromEnv();
   std::unique_ptr<TcpStoreServer> server;
   auto store = connectStore(info, config, server);
-  s.engine = std::make_unique<Engine>(config, info.identity, store);
+  s.engine = std::make_unique<Engine>(config, info.identity, store, std::move(processSets));
   s.server = std::move(server);
   liveEngine = s.engine.get();
   std::terminate_handler installed = std::get_terminate();

@@ -1,4 +1,6 @@
 // Engine: construction, rendezvous and the caller-side API (any thread).
+#include <algorithm>
+
 #include "engine/engine_impl.h"
 
 namespace kolo {
@@ -17,20 +19,78 @@ std::shared_ptr<Store> generationStore(const Identity& id, const std::shared_ptr
   return std::make_shared<PrefixStore>("kolo/" + std::to_string(gen) + "/", s);
 }
 
+std::string describeSets(const std::vector<std::vector<int>>& sets) {
+  std::string s;
+  for (const auto& ranks : sets) {
+    s += "[";
+    for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+    s += "]";
+  }
+  return s.empty() ? "none" : s;
+}
+
+// What every rank learns from the others once set 0 is connected: the host
+// of each rank (for the local and cross ranks of process sets), and whether
+// every rank passed the same static process sets (rank 0's list is the
+// reference). Over set 0's control channel, not the store: under plain
+// mpirun each process has a private store.
+struct StartInfo {
+  std::vector<std::string> hosts;  // by rank
+  std::string mismatch;            // empty: every rank passed the same sets
+};
+
+StartInfo exchangeStartInfo(comm::ControlChannel& channel, const Identity& id,
+                            const std::string& host, const std::string& sets) {
+  const std::string mine = host + "\n" + sets;
+  auto gathered = channel.gatherv(std::vector<char>(mine.begin(), mine.end()), 0);
+  std::vector<char> summary;
+  if (id.rank == 0) {
+    // "<mismatch>\n<host 0>\n<host 1>..."
+    std::string mismatch, hosts;
+    for (int r = 0; r < id.size; ++r) {
+      const std::string text(gathered[r].begin(), gathered[r].end());
+      const size_t nl = text.find('\n');
+      const std::string theirs = text.substr(nl + 1);
+      if (mismatch.empty() && theirs != sets) {
+        mismatch = "init(process_sets=...): rank " + std::to_string(r) + " passed " + theirs +
+                   " but rank 0 passed " + sets +
+                   "; every rank must pass the same process sets in the same order";
+      }
+      hosts += "\n" + text.substr(0, nl);
+    }
+    const std::string all = mismatch + hosts;
+    summary.assign(all.begin(), all.end());
+  }
+  channel.broadcast(summary, 0);
+  StartInfo info;
+  const std::string all(summary.begin(), summary.end());
+  size_t pos = all.find('\n');
+  info.mismatch = all.substr(0, pos);
+  while (pos != std::string::npos) {
+    const size_t next = all.find('\n', pos + 1);
+    info.hosts.push_back(all.substr(pos + 1, next == std::string::npos ? next : next - pos - 1));
+    pos = next;
+  }
+  KOLO_ENFORCE(static_cast<int>(info.hosts.size()) == id.size, "malformed start-up exchange");
+  return info;
+}
+
 }  // namespace
 
-Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
+Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
+                   std::vector<std::vector<int>> staticSets)
     : config(std::move(c)),
       identity(id),
       rootStore(std::move(s)),
-      cache(config.cacheCapacity),
-      tunables{config.fusionThresholdBytes, config.cycleTime, config.cacheCapacity > 0},
-      stall(config, id),
-      joined(id.size, false) {
+      table(id.rank),
+      tunables{config.fusionThresholdBytes, config.cycleTime, config.cacheCapacity > 0} {
   KOLO_CHECK_ARG(identity.size >= 1 && identity.rank >= 0 && identity.rank < identity.size,
                  "invalid identity: rank " + std::to_string(identity.rank) + " of size " +
                      std::to_string(identity.size));
   KOLO_CHECK_ARG(rootStore != nullptr, "kolo::Engine needs a rendezvous store");
+  for (auto& ranks : staticSets) {
+    ranks = checkedProcessSetRanks(std::move(ranks), identity.size, "init(process_sets=...)");
+  }
   log = makeLogger(identity.rank, config);
   if (!config.timelinePath.empty()) {
     try {
@@ -41,31 +101,49 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
     }
   }
   if (config.autotune && identity.rank == 0) {
-    tuner = std::make_unique<autotune::Autotuner>(config, tunables, cache.enabled(), log);
+    tuner = std::make_unique<autotune::Autotuner>(config, tunables, config.cacheCapacity > 0,
+                                                  log);
   }
   tuningState.current = tunables;
   store = generationStore(identity, rootStore);
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
+  localAddress = localAddressFor(identity, *rootStore);
 
-  comm::BackendArgs controlArgs{config, identity,
-                                std::make_shared<PrefixStore>("control/", store),
-                                localAddressFor(identity, *rootStore)};
-  comm::BackendArgs dataArgs{config, identity, std::make_shared<PrefixStore>("data/", store),
-                             controlArgs.localAddress};
-  controller = std::make_unique<Controller>(
-      config, identity, comm::createControlChannel(config.controller, controlArgs), cache,
-      loopStats, tunables);
-  executor = std::make_unique<Executor>(
-      identity, comm::createCollectives(config.cpuOperations, dataArgs), loopStats);
-  executor->setTimeline(timeline.get());
+  std::vector<int> all(identity.size);
+  for (int r = 0; r < identity.size; ++r) all[r] = r;
+  table.add(0, all);
+  sets[0] = connectProcessSet(processSetContext(), 0, all);
+  StartInfo start = exchangeStartInfo(sets[0]->controller->channel(), identity, localAddress,
+                                      describeSets(staticSets));
+  if (!start.mismatch.empty()) throw InvalidArgument(start.mismatch);
+  hosts = std::move(start.hosts);
+  // Static sets: ids 1, 2, ... in the order given; members connect in that
+  // order (the same on every member, so no two of them wait on each other).
+  for (auto& ranks : staticSets) {
+    const int existing = table.find(ranks);
+    if (existing >= 0) {
+      throw InvalidArgument("init(process_sets=...): the ranks of " +
+                            processSetLabel(existing, ranks) + " are given again" +
+                            (existing == 0 ? " (all ranks: the global process set)" : ""));
+    }
+    const int setId = nextSetId++;
+    table.add(setId, ranks);
+    if (std::binary_search(ranks.begin(), ranks.end(), identity.rank)) {
+      sets[setId] = connectProcessSet(processSetContext(), setId, ranks);
+    }
+  }
+  for (auto& [setId, set] : sets) set->executor->setTimeline(timeline.get());
   publishPresence(*store, identity.rank);
-  log->debug("engine up: rank {}/{}, controller {}, cpu operations {}", identity.rank,
-             identity.size, config.controller, config.cpuOperations);
+  log->debug("engine up: rank {}/{}, controller {}, cpu operations {}, {} process set(s)",
+             identity.rank, identity.size, config.controller, config.cpuOperations,
+             table.all().size());
   thread = std::thread([this] { loopOnLoop(); });
 }
 
-Engine::Engine(Config config, Identity identity, std::shared_ptr<Store> store)
-    : impl_(std::make_unique<Impl>(std::move(config), identity, std::move(store))) {}
+Engine::Engine(Config config, Identity identity, std::shared_ptr<Store> store,
+               std::vector<std::vector<int>> processSets)
+    : impl_(std::make_unique<Impl>(std::move(config), identity, std::move(store),
+                                   std::move(processSets))) {}
 
 Engine::~Engine() {
   try {
@@ -80,18 +158,38 @@ Handle Engine::Impl::push(std::vector<PendingOp> ops) {
   return first;
 }
 
-Handle Engine::enqueue(Request request, Entry entry) {
-  checkRequest(request, entry, impl_->identity);
-  if (impl_->localJoined.load()) {
-    throw InvalidArgument("'" + request.name + "': this rank has joined; no new operations "
-                          "until every rank has joined");
+namespace {
+
+// The op of request in set, with a broadcast root translated to its rank
+// within the set.
+PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set) {
+  if (request.op == OpType::kBroadcast) {
+    request.root = static_cast<int>(
+        std::lower_bound(set.ranks.begin(), set.ranks.end(), request.root) - set.ranks.begin());
   }
   PendingOp op;
   op.msg.request = std::move(request);
   op.entry = std::move(entry);
   op.handle = std::make_shared<HandleState>();
+  return op;
+}
+
+std::string opWhat(const Request& q) {
+  return "'" + q.name + "' (" + toString(q.op) + ")";
+}
+
+}  // namespace
+
+Handle Engine::enqueue(Request request, Entry entry) {
+  const ProcessSetInfo set = impl_->table.memberOf(request.processSet, opWhat(request));
+  checkRequest(request, entry, set);
+  if (impl_->table.joined(request.processSet)) {
+    throw InvalidArgument("'" + request.name + "': this rank has joined" +
+                          (set.id == 0 ? "" : " " + processSetLabel(set.id, set.ranks)) +
+                          "; no new operations there until every rank has joined");
+  }
   std::vector<PendingOp> ops;
-  ops.push_back(std::move(op));
+  ops.push_back(pendingOp(std::move(request), std::move(entry), set));
   return impl_->push(std::move(ops));
 }
 
@@ -101,21 +199,32 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<Request> requests,
                  "enqueueGroup: " + std::to_string(requests.size()) + " requests but " +
                      std::to_string(entries.size()) + " entries");
   KOLO_CHECK_ARG(!requests.empty(), "enqueueGroup: empty group");
+  const OpType kind = requests[0].op;
+  const int setId = requests[0].processSet;
+  KOLO_CHECK_ARG(kind == OpType::kAllreduce || kind == OpType::kAllgather ||
+                     kind == OpType::kReducescatter,
+                 "enqueueGroup: '" + requests[0].name + "' is a " + toString(kind) +
+                     "; groups hold allreduces, allgathers or reducescatters");
+  const ProcessSetInfo set = impl_->table.memberOf(setId, opWhat(requests[0]));
+  if (impl_->table.joined(setId)) {
+    throw InvalidArgument("'" + requests[0].name + "': this rank has joined; no new "
+                          "operations there until every rank has joined");
+  }
   std::string group = "group";
   for (const auto& r : requests) group += ":" + r.name;
   std::vector<PendingOp> ops;
   std::vector<Handle> handles;
   for (size_t i = 0; i < requests.size(); ++i) {
-    KOLO_CHECK_ARG(requests[i].op == OpType::kAllreduce,
+    KOLO_CHECK_ARG(requests[i].op == kind && requests[i].processSet == setId,
                    "enqueueGroup: '" + requests[i].name + "' is a " +
-                       toString(requests[i].op) + "; groups hold allreduces only");
-    checkRequest(requests[i], entries[i], impl_->identity);
-    PendingOp op;
-    op.msg.request = std::move(requests[i]);
+                       toString(requests[i].op) + " of process set " +
+                       std::to_string(requests[i].processSet) + " but '" + requests[0].name +
+                       "' a " + toString(kind) + " of process set " + std::to_string(setId) +
+                       "; a group holds one kind of operation in one process set");
+    checkRequest(requests[i], entries[i], set);
+    PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set);
     op.msg.group = group;
     op.msg.groupSize = static_cast<int>(entries.size());
-    op.entry = std::move(entries[i]);
-    op.handle = std::make_shared<HandleState>();
     handles.emplace_back(op.handle);
     ops.push_back(std::move(op));
   }
@@ -123,31 +232,82 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<Request> requests,
   return handles;
 }
 
-Handle Engine::join() {
+Handle Engine::join(int processSet) {
+  impl_->table.memberOf(processSet, "join");
   PendingOp op;
   op.msg.request.name = kJoinName;
   op.msg.request.op = OpType::kJoin;
+  op.msg.request.processSet = processSet;
   op.handle = std::make_shared<HandleState>();
-  impl_->localJoined = true;
+  impl_->table.setJoined(processSet, true);
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
   try {
     return impl_->push(std::move(ops));
   } catch (...) {
-    impl_->localJoined = false;
+    impl_->table.setJoined(processSet, false);
     throw;
   }
 }
 
-Handle Engine::barrier() {
+Handle Engine::barrier(int processSet) {
+  impl_->table.memberOf(processSet, "barrier");
   PendingOp op;
   op.msg.request.name = kBarrierName;
   op.msg.request.op = OpType::kBarrier;
+  op.msg.request.processSet = processSet;
   op.handle = std::make_shared<HandleState>();
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
   return impl_->push(std::move(ops));
 }
+
+ProcessSetContext Engine::Impl::processSetContext() {
+  return ProcessSetContext{config, identity, store, localAddress, hosts, tunables};
+}
+
+std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange change) {
+  std::lock_guard<std::mutex> lock(changeMu);
+  PendingOp op;
+  // Every rank changes the sets in the same order, so the n-th change has
+  // the same name everywhere; the coordinator checks that they agree.
+  op.msg.request.name = "kolo.process_set." + std::to_string(changeCount++);
+  op.msg.request.op = OpType::kProcessSet;
+  op.msg.setChange = std::move(change);
+  op.handle = std::make_shared<HandleState>();
+  auto state = op.handle;
+  std::vector<PendingOp> ops;
+  ops.push_back(std::move(op));
+  push(std::move(ops)).wait();
+  return state;
+}
+
+int Engine::addProcessSet(std::vector<int> ranks) {
+  ranks = checkedProcessSetRanks(std::move(ranks), impl_->identity.size, "add_process_set");
+  const int existing = impl_->table.find(ranks);
+  if (existing >= 0) {
+    throw InvalidArgument("add_process_set: " + processSetLabel(existing, ranks) +
+                          " already has these ranks" +
+                          (existing == 0 ? " (all ranks: the global process set)" : ""));
+  }
+  ProcessSetChange change;
+  change.ranks.assign(ranks.begin(), ranks.end());
+  auto state = impl_->changeProcessSets(std::move(change));
+  std::lock_guard<std::mutex> lock(state->mu);
+  return state->processSetId;
+}
+
+void Engine::removeProcessSet(int id) {
+  KOLO_CHECK_ARG(id != 0, "remove_process_set: the global process set (0) cannot be removed");
+  impl_->table.info(id);  // InvalidArgument when unknown
+  ProcessSetChange change;
+  change.removeId = id;
+  impl_->changeProcessSets(std::move(change));
+}
+
+ProcessSetInfo Engine::processSet(int id) const { return impl_->table.info(id); }
+
+std::vector<ProcessSetInfo> Engine::processSets() const { return impl_->table.all(); }
 
 void Engine::Impl::stopAndJoin() {
   queue.wake();
@@ -181,6 +341,13 @@ const Identity& Engine::identity() const { return impl_->identity; }
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->publishedStats;
+}
+
+EngineStats Engine::stats(int processSet) const {
+  impl_->table.memberOf(processSet, "stats");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->publishedSetStats.find(processSet);
+  return it == impl_->publishedSetStats.end() ? EngineStats{} : it->second;
 }
 
 Status Engine::failure() const {

@@ -1,22 +1,23 @@
 // Engine::Impl: the state behind kolo::Engine, shared by engine.cc (caller
-// side), engine_loop.cc (the background loop) and engine_observability.cc
-// (autotuning, stall checks, timeline). Methods ending in OnLoop run on the
-// background thread only.
+// side), engine_loop.cc (the background loop), engine_sets.cc (process set
+// changes) and engine_observability.cc (autotuning, stall checks,
+// timeline). Methods ending in OnLoop run on the background thread only.
 #pragma once
 
 #include "kolo/engine.h"
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <optional>
 #include <thread>
-#include <unordered_map>
 
 #include "autotune/autotuner.h"
 #include "comm/select.h"
 #include "negotiation/controller.h"
 #include "execution/executor.h"
 #include "engine/failure.h"
+#include "engine/process_set.h"
 #include "common/logging.h"
 #include "kolo/tcp_store.h"
 #include "engine/request_check.h"
@@ -27,10 +28,15 @@
 namespace kolo {
 
 struct Engine::Impl {
-  Impl(Config c, Identity id, std::shared_ptr<Store> s);
+  Impl(Config c, Identity id, std::shared_ptr<Store> s, std::vector<std::vector<int>> staticSets);
 
   Handle push(std::vector<PendingOp> ops);
   void stopAndJoin();
+  // What connecting a process set needs (constructor and loop thread).
+  ProcessSetContext processSetContext();
+  // Queues an internal op of set 0 changing the process sets and waits for
+  // it; returns its completed state (processSetId: the set added).
+  std::shared_ptr<HandleState> changeProcessSets(ProcessSetChange change);
 
   // Hands a timeline (or nullptr: stop) to the loop and waits until the
   // loop switched to it. Any thread.
@@ -40,52 +46,72 @@ struct Engine::Impl {
   void loopOnLoop();
   void cyclesOnLoop();
   void finishOnLoop();
-  using PendingMap = std::unordered_map<std::string, PendingOp>;
-  // Admits fresh ops into pending (leaving fresh empty).
-  void admitOnLoop(std::vector<PendingOp>& fresh, CycleInput& in);
-  void executeOnLoop(const Response& r, bool fromCache);
-  // Ends ops (entries of pending) with status: frees their names, publishes
-  // the counters once, runs their callbacks, wakes their waiters and drops
-  // them from pending.
-  void completeOnLoop(const std::vector<PendingMap::iterator>& ops, const Status& status);
+  // One negotiation cycle of set (admit, negotiate, execute, stall check).
+  // Returns false when this rank's loop must end (the job stopped).
+  bool cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::time_point now, bool& busy);
+  // Hands drained ops to their sets; ops of a set that no longer exists fail.
+  // globalOnly: set 0's ops now, the others stay in ops for a second pass.
+  void routeOnLoop(std::vector<PendingOp>& ops, bool globalOnly);
+  // Ends an op that never reached a set (its set was removed, or the
+  // engine stopped first).
+  void failUnroutedOnLoop(PendingOp& op, const Status& status);
+  // Admits set.fresh into set.pending.
+  void admitOnLoop(ProcessSetState& set, CycleInput& in);
+  void executeOnLoop(ProcessSetState& set, const Response& r, bool fromCache);
+  // Applies a process set change of set 0's response r (every rank, same point).
+  void changeProcessSetOnLoop(const Response& r);
+  // Ends ops (entries of set.pending) with status: frees their names,
+  // publishes the counters once, runs their callbacks, wakes their waiters
+  // and drops them from pending.
+  void completeOnLoop(ProcessSetState& set, const std::vector<PendingMap::iterator>& ops,
+                      const Status& status);
+  // Fails every op of set (pending and fresh) with status.
+  void failSetOnLoop(ProcessSetState& set, const Status& status);
+  // Fails everything and closes the queue: the engine is done.
   void failAllOnLoop(const Status& status);
-  void revertEvictedOnLoop(const std::vector<int>& bits);
-  bool cacheOnLoop() const { return cache.enabled() && tunables.cacheEnabled; }
+  void revertEvictedOnLoop(ProcessSetState& set, const std::vector<int>& bits);
+  bool cacheOnLoop(const ProcessSetState& set) const {
+    return set.cache.enabled() && tunables.cacheEnabled;
+  }
   void applyTunedOnLoop(const autotune::Decision& d);
-  // Runs the stall check round; true when it ended the job.
-  bool stallRoundOnLoop();
+  // Runs set's stall check round; false when it ended the job.
+  bool stallRoundOnLoop(ProcessSetState& set);
   void applyTimelineOnLoop();
-  void traceAdmitOnLoop(PendingOp& op);
-  void traceNegotiatedOnLoop(const std::vector<Response>& responses);
+  void traceAdmitOnLoop(ProcessSetState& set, PendingOp& op);
+  void traceNegotiatedOnLoop(ProcessSetState& set, const std::vector<Response>& responses);
   void traceCloseOnLoop(PendingOp& op, int64_t ts);
+  // Sum of every set's counters (cycles: set 0's), for publishing.
+  EngineStats totalStatsOnLoop() const;
+  void publishStatsOnLoop();
 
   Config config;
   Identity identity;
   std::shared_ptr<Store> rootStore;  // unprefixed: arrival and failure keys
   std::shared_ptr<Store> store;      // this engine generation's keys
+  std::string localAddress;          // how peers reach this rank
+  std::vector<std::string> hosts;    // by rank: each rank's localAddress
+
   std::shared_ptr<spdlog::logger> log;
 
   TensorQueue queue;
-  ResponseCache cache;
-  EngineStats loopStats;  // loop thread
-  std::unique_ptr<Controller> controller;
-  std::unique_ptr<Executor> executor;
+  ProcessSetTable table;  // any thread
+  Tunables tunables;      // loop thread; see Controller
 
-  PendingMap pending;                // loop thread
-  std::vector<PendingOp> drained;    // loop thread; empty between cycles
-  Tunables tunables;                                    // loop thread; see Controller
-  StallInspector stall;                                 // loop thread
-  std::unique_ptr<autotune::Autotuner> tuner;           // rank 0 with KOLO_AUTOTUNE
-  std::optional<autotune::Decision> proposal;           // rank 0: not yet applied
-  std::unique_ptr<timeline::Timeline> timeline;         // loop thread; null: off
-  std::vector<int> invalidBits;                         // loop thread
-  std::vector<int> evictedThisCycle;                    // loop thread
-  std::vector<bool> joined;                             // loop thread
+  // Loop thread. The sets this rank belongs to, by id (set 0 first).
+  std::map<int, std::unique_ptr<ProcessSetState>> sets;
+  int nextSetId = 1;              // loop thread: id of the next set added
+  std::vector<int> cycleIds;      // loop thread: the sets after set 0, this iteration
+  EngineStats retiredStats;       // loop thread: counters of removed sets
+  std::vector<PendingOp> drained;  // loop thread; empty between cycles
+  std::unique_ptr<autotune::Autotuner> tuner;    // rank 0 with KOLO_AUTOTUNE
+  std::optional<autotune::Decision> proposal;    // rank 0: not yet applied
+  std::unique_ptr<timeline::Timeline> timeline;  // loop thread; null: off
   std::thread thread;
 
   std::atomic<bool> shutdownRequested{false};
   std::atomic<bool> abortRequested{false};
-  std::atomic<bool> localJoined{false};  // join() called, not yet completed
+  std::mutex changeMu;  // serialises process set changes of caller threads
+  int changeCount = 0;  // guarded by changeMu: names them, same on every rank
 
   // Timeline hand-off from any thread to the loop.
   std::mutex timelineMu;
@@ -103,6 +129,7 @@ struct Engine::Impl {
   mutable std::mutex mu;  // guards the fields below
   std::string abortMessage;
   EngineStats publishedStats;
+  std::map<int, EngineStats> publishedSetStats;
   Status failure;
   TuningState tuningState;
 };

@@ -1,4 +1,11 @@
 // Engine's background loop: drain, negotiate, execute, complete (loop thread).
+//
+// One loop iteration runs one negotiation cycle of every process set this
+// rank belongs to, set 0 first, then the others in increasing id. Every
+// member of a set therefore runs that set's cycles in the same sequence,
+// interleaved with the other sets' in one global order ((iteration, id)),
+// which keeps the sets deadlock-free among each other; a rank never runs
+// the cycles of a set it is not in.
 #include <algorithm>
 
 #include "engine/engine_impl.h"
@@ -22,7 +29,9 @@ void Engine::Impl::finishOnLoop() {
     next = std::move(timelineNext);
   }
   timelineCv.notify_all();
-  if (executor) executor->setTimeline(nullptr);
+  for (auto& [id, set] : sets) {
+    if (set->executor) set->executor->setTimeline(nullptr);
+  }
   if (timeline) {
     timeline->close();
     if (timeline->dropped() > 0) {
@@ -36,7 +45,7 @@ void Engine::Impl::finishOnLoop() {
 
 void Engine::Impl::cyclesOnLoop() {
   auto cycleStart = std::chrono::steady_clock::now();
-  int idleCycles = 0;  // cycles in a row with nothing pending here
+  int idleCycles = 0;  // iterations in a row with nothing pending on any rank
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
     // ~3% of a core on empty cycles; new work still wakes it at once, and a
@@ -44,47 +53,26 @@ void Engine::Impl::cyclesOnLoop() {
     queue.waitForWork(cycleStart + tunables.cycleTime * (1 << std::min(idleCycles, 4)));
     cycleStart = std::chrono::steady_clock::now();
     if (timelineChange.load(std::memory_order_acquire)) applyTimelineOnLoop();
-    CycleInput in;
     queue.drainInto(drained);
-    admitOnLoop(drained, in);
-    in.shutdown = shutdownRequested.load();
-    in.abort = abortRequested.load();
-    if (in.abort) {
-      std::lock_guard<std::mutex> lock(mu);
-      in.abortMessage = abortMessage;
-    }
-    if (identity.rank == 0) {
-      in.stallCheckDue = stall.checkDue(cycleStart);
-      in.tune = proposal;
-    }
+    bool busy = false;
     try {
-      CycleOutput out = controller->runCycle(in);
-      for (auto& [name, op] : pending) {
-        if (op.state == PendingOp::State::kNew) op.state = PendingOp::State::kSent;
+      // Set 0 first: its responses may add or remove sets, which every
+      // rank does at this same point; the other sets then run as they are
+      // after it.
+      routeOnLoop(drained, true);
+      if (!cycleOnLoop(*sets.at(0), cycleStart, busy)) return;
+      routeOnLoop(drained, false);
+      // Only set 0's cycle (above) adds or removes sets.
+      cycleIds.clear();
+      for (const auto& [id, set] : sets) {
+        if (id != 0) cycleIds.push_back(id);
       }
-      if (out.stop) {
-        failAllOnLoop(stopStatus(out.stopInfo, identity.rank));
-        return;
+      for (int id : cycleIds) {
+        if (!cycleOnLoop(*sets.at(id), cycleStart, busy)) return;
       }
-      if (out.tuned) applyTunedOnLoop(*out.tuned);
-      revertEvictedOnLoop(out.evictedBits);
-      if (timeline) {
-        traceNegotiatedOnLoop(out.cached);
-        traceNegotiatedOnLoop(out.uncached);
-        if (!out.cached.empty() || !out.uncached.empty()) {
-          timeline->markCycle(timeline::Timeline::now());
-        }
-      }
-      for (const auto& r : out.cached) executeOnLoop(r, true);
-      for (const auto& r : out.uncached) executeOnLoop(r, false);
-      // Pending tensors whose cache entries were just replaced negotiate again.
-      revertEvictedOnLoop(evictedThisCycle);
-      evictedThisCycle.clear();
-      if (out.stallCheck && stallRoundOnLoop()) return;
-      const bool idle = pending.empty() && out.cached.empty() && out.uncached.empty();
-      idleCycles = idle ? idleCycles + 1 : 0;
       if (tuner) {
-        if (auto d = tuner->onCycle(std::chrono::steady_clock::now(), loopStats.bytesReduced)) {
+        if (auto d = tuner->onCycle(std::chrono::steady_clock::now(),
+                                    totalStatsOnLoop().bytesReduced)) {
           proposal = d;
         }
       }
@@ -93,31 +81,118 @@ void Engine::Impl::cyclesOnLoop() {
       log->error("{}", s.message);
       failAllOnLoop(s);
       // Closing our connections makes peers blocked on us fail promptly.
-      executor.reset();
-      controller.reset();
+      sets.clear();
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    publishedStats = loopStats;
+    idleCycles = busy ? 0 : idleCycles + 1;
+    publishStatsOnLoop();
   }
 }
 
-void Engine::Impl::admitOnLoop(std::vector<PendingOp>& fresh, CycleInput& in) {
+void Engine::Impl::routeOnLoop(std::vector<PendingOp>& ops, bool globalOnly) {
+  auto rest = ops.begin();
+  for (auto& op : ops) {
+    const int id = op.msg.request.processSet;
+    if (globalOnly && id != 0) {
+      // Kept for the second pass, after set 0's cycle.
+      if (&*rest != &op) *rest = std::move(op);
+      ++rest;
+      continue;
+    }
+    auto it = sets.find(id);
+    if (it != sets.end()) {
+      it->second->fresh.push_back(std::move(op));
+      continue;
+    }
+    // Removed after this op was queued (the caller checked it existed).
+    failUnroutedOnLoop(op, Status{ErrorCode::kInvalidArgument,
+                                  "'" + op.msg.request.name + "': process set " +
+                                      std::to_string(id) +
+                                      " was removed before this operation ran"});
+  }
+  ops.erase(globalOnly ? rest : ops.begin(), ops.end());
+}
+
+void Engine::Impl::failUnroutedOnLoop(PendingOp& op, const Status& status) {
+  std::vector<const std::string*> names{&op.msg.request.name};
+  queue.release(op.msg.request.processSet, names);
+  if (op.entry.onDone) {
+    try {
+      op.entry.onDone(status);
+    } catch (const std::exception& e) {
+      log->error("completion callback for '{}' threw: {}", op.msg.request.name, e.what());
+    }
+  }
+  op.handle->finish(status);
+  op.handle->wake();
+}
+
+bool Engine::Impl::cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::time_point now,
+                               bool& busy) {
+  const bool global = set.id == 0;
+  CycleInput in;
+  admitOnLoop(set, in);
+  if (global) {
+    in.shutdown = shutdownRequested.load();
+    in.abort = abortRequested.load();
+    if (in.abort) {
+      std::lock_guard<std::mutex> lock(mu);
+      in.abortMessage = abortMessage;
+    }
+    if (identity.rank == 0) in.tune = proposal;
+    // Ops of other sets still in drained count too: they run after this.
+    in.busy = !drained.empty();
+    for (const auto& [id, other] : sets) {
+      in.busy = in.busy || !other->pending.empty() || !other->fresh.empty();
+    }
+  }
+  if (set.identity.rank == 0) in.stallCheckDue = set.stall.checkDue(now);
+  CycleOutput out = set.controller->runCycle(in);
+  for (auto& [name, op] : set.pending) {
+    if (op.state == PendingOp::State::kNew) op.state = PendingOp::State::kSent;
+  }
+  if (out.stop) {
+    failAllOnLoop(stopStatus(out.stopInfo, identity.rank));
+    return false;
+  }
+  if (out.tuned) applyTunedOnLoop(*out.tuned);
+  revertEvictedOnLoop(set, out.evictedBits);
+  if (timeline) {
+    traceNegotiatedOnLoop(set, out.cached);
+    traceNegotiatedOnLoop(set, out.uncached);
+    if (!out.cached.empty() || !out.uncached.empty()) {
+      timeline->markCycle(timeline::Timeline::now());
+    }
+  }
+  for (const auto& r : out.cached) executeOnLoop(set, r, true);
+  for (const auto& r : out.uncached) executeOnLoop(set, r, false);
+  // Pending tensors whose cache entries were just replaced negotiate again.
+  revertEvictedOnLoop(set, set.evictedThisCycle);
+  set.evictedThisCycle.clear();
+  if (out.stallCheck && !stallRoundOnLoop(set)) return false;
+  // Busy (no idle back-off) while this rank has work, and while any rank
+  // has: an idle rank paces the set 0 cycles that every set runs after.
+  busy = busy || out.anyBusy || !set.pending.empty() || !out.cached.empty() ||
+         !out.uncached.empty();
+  return true;
+}
+
+void Engine::Impl::admitOnLoop(ProcessSetState& set, CycleInput& in) {
   // Group members arrive in one drain (pushed atomically); a group uses the
   // cache only when every member hits.
   std::unordered_map<std::string, bool> groupAllHit;
-  for (auto& op : fresh) {
+  for (auto& op : set.fresh) {
     const Request& q = op.msg.request;
-    if (timeline) traceAdmitOnLoop(op);
-    if (cacheOnLoop() && ResponseCache::cacheable(q.op)) {
+    if (timeline) traceAdmitOnLoop(set, op);
+    if (cacheOnLoop(set) && ResponseCache::cacheable(q.op)) {
       int bit = -1;
-      switch (cache.lookup(q, &bit)) {
+      switch (set.cache.lookup(q, &bit)) {
         case ResponseCache::Lookup::kHit:
           op.state = PendingOp::State::kCached;
           op.bit = bit;
           break;
         case ResponseCache::Lookup::kChanged:
-          invalidBits.push_back(bit);
+          set.invalidBits.push_back(bit);
           break;
         case ResponseCache::Lookup::kMiss:
           break;
@@ -128,28 +203,28 @@ void Engine::Impl::admitOnLoop(std::vector<PendingOp>& fresh, CycleInput& in) {
       it->second = it->second && op.state == PendingOp::State::kCached;
     }
   }
-  for (auto& op : fresh) {
+  for (auto& op : set.fresh) {
     if (!op.msg.group.empty() && !groupAllHit[op.msg.group]) {
       op.state = PendingOp::State::kNew;
       op.bit = -1;
     }
     std::string name = op.msg.request.name;
-    pending.emplace(std::move(name), std::move(op));
+    set.pending.emplace(std::move(name), std::move(op));
   }
-  fresh.clear();  // keeps its capacity for the next drain
-  for (auto& [name, op] : pending) {
+  set.fresh.clear();  // keeps its capacity for the next drain
+  for (auto& [name, op] : set.pending) {
     if (op.state == PendingOp::State::kCached) in.readyBits.push_back(op.bit);
     if (op.state == PendingOp::State::kNew) in.uncached.push_back(op.msg);
   }
-  in.invalidBits.swap(invalidBits);
-  in.joined = joined[identity.rank];
+  in.invalidBits.swap(set.invalidBits);
+  in.joined = set.joined[set.identity.rank];
 }
 
-void Engine::Impl::revertEvictedOnLoop(const std::vector<int>& bits) {
+void Engine::Impl::revertEvictedOnLoop(ProcessSetState& set, const std::vector<int>& bits) {
   if (bits.empty()) return;
-  std::vector<bool> evicted(static_cast<size_t>(cache.capacity()), false);
+  std::vector<bool> evicted(static_cast<size_t>(set.cache.capacity()), false);
   for (int bit : bits) evicted[bit] = true;
-  for (auto& [name, op] : pending) {
+  for (auto& [name, op] : set.pending) {
     if (op.state == PendingOp::State::kCached && evicted[op.bit]) {
       op.state = PendingOp::State::kNew;
       op.bit = -1;
@@ -172,34 +247,38 @@ Response singleResponse(const Response& r, size_t i) {
 
 }  // namespace
 
-void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
+void Engine::Impl::executeOnLoop(ProcessSetState& set, const Response& r, bool fromCache) {
   switch (r.kind) {
     case ResponseKind::kJoinAck:
-      joined[r.rankArg] = true;
+      set.joined[r.rankArg] = true;
       return;
     case ResponseKind::kJoinDone: {
-      std::fill(joined.begin(), joined.end(), false);
-      auto it = pending.find(kJoinName);
-      KOLO_ENFORCE(it != pending.end(), "join completed but this rank never joined");
+      std::fill(set.joined.begin(), set.joined.end(), false);
+      auto it = set.pending.find(kJoinName);
+      KOLO_ENFORCE(it != set.pending.end(), "join completed but this rank never joined");
       {
         std::lock_guard<std::mutex> lock(it->second.handle->mu);
-        it->second.handle->joinResult = r.rankArg;
+        it->second.handle->joinResult = set.ranks[r.rankArg];
       }
-      localJoined = false;
-      completeOnLoop({it}, Status::Ok());
+      table.setJoined(set.id, false);
+      completeOnLoop(set, {it}, Status::Ok());
       return;
     }
     case ResponseKind::kError: {
       std::vector<PendingMap::iterator> failed;
       for (const auto& name : r.names) {
-        auto it = pending.find(name);
-        if (it != pending.end()) failed.push_back(it);
+        auto it = set.pending.find(name);
+        if (it != set.pending.end()) failed.push_back(it);
       }
-      completeOnLoop(failed, Status{ErrorCode::kMismatch, r.error});
+      completeOnLoop(set, failed, Status{ErrorCode::kMismatch, r.error});
       return;
     }
     case ResponseKind::kOk:
       break;
+  }
+  if (r.op == OpType::kProcessSet) {
+    changeProcessSetOnLoop(r);
+    return;
   }
   std::vector<PendingOp*> ops;  // per name; nullptr: not submitted here (joined)
   std::vector<PendingMap::iterator> mine;
@@ -207,10 +286,12 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
   mine.reserve(r.names.size());
   const int64_t ts = timeline ? timeline::Timeline::now() : 0;
   for (const auto& name : r.names) {
-    auto it = pending.find(name);
-    if (it == pending.end()) {
-      KOLO_ENFORCE(joined[identity.rank] || r.op == OpType::kBarrier,
-                   "response for '" + name + "' that this rank never submitted");
+    auto it = set.pending.find(name);
+    if (it == set.pending.end()) {
+      // Only a joined rank takes part in an operation it did not submit
+      // (and every rank in a barrier: it completes with the joined ones).
+      KOLO_ENFORCE(set.joined[set.identity.rank] || r.op == OpType::kBarrier,
+                   set.prefixed("response for '" + name + "' that this rank never submitted"));
       ops.push_back(nullptr);
     } else {
       ops.push_back(&it->second);
@@ -221,25 +302,26 @@ void Engine::Impl::executeOnLoop(const Response& r, bool fromCache) {
       }
     }
   }
-  executor->execute(r, ops);
-  if (cacheOnLoop() && ResponseCache::cacheable(r.op)) {
+  set.executor->execute(r, ops);
+  if (cacheOnLoop(set) && ResponseCache::cacheable(r.op)) {
     for (size_t i = 0; i < r.names.size(); ++i) {
       if (fromCache) {
         // An op answered from the cache holds its entry's bit.
         const int bit = ops[i] != nullptr && ops[i]->bit >= 0 ? ops[i]->bit
-                                                              : cache.bitOf(r.names[i]);
-        if (bit >= 0) cache.touch(bit);
+                                                              : set.cache.bitOf(r.names[i]);
+        if (bit >= 0) set.cache.touch(bit);
       } else {
         int evicted = -1;
-        cache.put(singleResponse(r, i), &evicted);
-        if (evicted >= 0) evictedThisCycle.push_back(evicted);
+        set.cache.put(singleResponse(r, i), &evicted);
+        if (evicted >= 0) set.evictedThisCycle.push_back(evicted);
       }
     }
   }
-  completeOnLoop(mine, Status::Ok());
+  completeOnLoop(set, mine, Status::Ok());
 }
 
-void Engine::Impl::completeOnLoop(const std::vector<PendingMap::iterator>& ops,
+void Engine::Impl::completeOnLoop(ProcessSetState& set,
+                                  const std::vector<PendingMap::iterator>& ops,
                                   const Status& status) {
   if (ops.empty()) return;
   std::vector<const std::string*> names;
@@ -250,12 +332,9 @@ void Engine::Impl::completeOnLoop(const std::vector<PendingMap::iterator>& ops,
     names.push_back(&it->first);
   }
   // Names are free again before anyone wakes, so a waiter may reuse them.
-  queue.release(names);
-  {
-    // Whoever waits on these handles sees counters that include their work.
-    std::lock_guard<std::mutex> lock(mu);
-    publishedStats = loopStats;
-  }
+  queue.release(set.id, names);
+  // Whoever waits on these handles sees counters that include their work.
+  publishStatsOnLoop();
   std::vector<std::shared_ptr<HandleState>> handles;
   handles.reserve(ops.size());
   for (const auto& it : ops) {
@@ -267,11 +346,24 @@ void Engine::Impl::completeOnLoop(const std::vector<PendingMap::iterator>& ops,
       }
     }
     handles.push_back(std::move(it->second.handle));
-    pending.erase(it);  // the op is gone from here on
+    set.pending.erase(it);  // the op is gone from here on
   }
   // Every handle is done before the first waiter wakes (see finish).
   for (const auto& h : handles) h->finish(status);
   for (const auto& h : handles) h->wake();
+}
+
+void Engine::Impl::failSetOnLoop(ProcessSetState& set, const Status& status) {
+  for (auto& op : set.fresh) {
+    std::string name = op.msg.request.name;
+    set.pending.emplace(std::move(name), std::move(op));
+  }
+  set.fresh.clear();
+  std::vector<PendingMap::iterator> all;
+  all.reserve(set.pending.size());
+  for (auto it = set.pending.begin(); it != set.pending.end(); ++it) all.push_back(it);
+  completeOnLoop(set, all, status);
+  table.setJoined(set.id, false);
 }
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
@@ -279,16 +371,47 @@ void Engine::Impl::failAllOnLoop(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (status.code != ErrorCode::kShutdown) failure = status;
-    publishedStats = loopStats;
   }
-  queue.drainInto(drained);
-  for (auto& op : drained) pending.emplace(op.msg.request.name, std::move(op));
+  // Ops drained but not routed yet (a stop in set 0's cycle), then the
+  // ones still queued.
+  std::vector<PendingOp> queued;
+  queue.drainInto(queued);
+  for (auto* batch : {&drained, &queued}) {
+    for (auto& op : *batch) {
+      auto it = sets.find(op.msg.request.processSet);
+      if (it != sets.end()) {
+        it->second->fresh.push_back(std::move(op));
+      } else {
+        failUnroutedOnLoop(op, status);
+      }
+    }
+  }
   drained.clear();
-  std::vector<PendingMap::iterator> all;
-  all.reserve(pending.size());
-  for (auto it = pending.begin(); it != pending.end(); ++it) all.push_back(it);
-  completeOnLoop(all, status);
-  localJoined = false;
+  for (auto& [id, set] : sets) failSetOnLoop(*set, status);
+  publishStatsOnLoop();
+}
+
+EngineStats Engine::Impl::totalStatsOnLoop() const {
+  EngineStats total = retiredStats;
+  for (const auto& [id, set] : sets) {
+    const EngineStats& s = set->stats;
+    if (id == 0) total.cycles = s.cycles;
+    total.coordinatorRounds += s.coordinatorRounds;
+    total.cachedResponses += s.cachedResponses;
+    total.responses += s.responses;
+    total.fusedTensors += s.fusedTensors;
+    total.backendCalls += s.backendCalls;
+    total.bytesReduced += s.bytesReduced;
+    total.stallChecks += s.stallChecks;
+  }
+  return total;
+}
+
+void Engine::Impl::publishStatsOnLoop() {
+  EngineStats total = totalStatsOnLoop();
+  std::lock_guard<std::mutex> lock(mu);
+  publishedStats = total;
+  for (const auto& [id, set] : sets) publishedSetStats[id] = set->stats;
 }
 
 }  // namespace kolo

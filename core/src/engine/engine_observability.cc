@@ -10,31 +10,62 @@ void Engine::Impl::applyTunedOnLoop(const autotune::Decision& d) {
   // The controller already switched `tunables` (and emptied the cache when
   // it went off) at this cycle on every rank.
   proposal.reset();
+  const EngineStats total = totalStatsOnLoop();
   log->debug("tunables at cycle {}: fusion threshold {} B, cycle time {} us, cache {}{}",
-             loopStats.cycles, tunables.fusionThresholdBytes, tunables.cycleTime.count(),
+             total.cycles, tunables.fusionThresholdBytes, tunables.cycleTime.count(),
              tunables.cacheEnabled ? "on" : "off", d.final ? " (autotune done)" : "");
-  if (tuner) tuner->onApplied(d, std::chrono::steady_clock::now(), loopStats.bytesReduced);
+  if (tuner) tuner->onApplied(d, std::chrono::steady_clock::now(), total.bytesReduced);
+  if (!tunables.cacheEnabled) {
+    // Set 0's controller emptied its cache; the other sets empty theirs
+    // here, before their next cycle (the same point on all their members).
+    for (auto& [id, set] : sets) {
+      if (id == 0) continue;
+      for (int b = 0; b < set->cache.capacity(); ++b) {
+        if (set->cache.occupied(b)) {
+          set->evictedThisCycle.push_back(b);
+          set->cache.erase(b);
+        }
+      }
+      revertEvictedOnLoop(*set, set->evictedThisCycle);
+      set->evictedThisCycle.clear();
+    }
+  }
   std::lock_guard<std::mutex> lock(mu);
   tuningState.current = tunables;
-  tuningState.history.push_back({loopStats.cycles, tunables});
+  tuningState.history.push_back({total.cycles, tunables});
   tuningState.converged = tuningState.converged || d.final;
 }
 
-bool Engine::Impl::stallRoundOnLoop() {
+bool Engine::Impl::stallRoundOnLoop(ProcessSetState& set) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<PendingAge> mine;
-  mine.reserve(pending.size());
-  for (const auto& [name, op] : pending) {
+  mine.reserve(set.pending.size());
+  for (const auto& [name, op] : set.pending) {
     if (op.msg.request.op == OpType::kJoin) continue;  // waiting for others is its job
     mine.push_back(
         {name, std::chrono::duration_cast<std::chrono::milliseconds>(now - op.enqueued).count()});
   }
-  ++loopStats.stallChecks;
-  StallReport report = stall.runRound(controller->channel(), mine, joined);
+  ++set.stats.stallChecks;
+  StallReport report = set.stall.runRound(set.controller->channel(), mine, set.joined);
   if (!report.warning.empty()) log->warn("{}", report.warning);
-  if (!report.shutdown) return false;
+  if (!report.shutdown) return true;
   log->error("{}", report.shutdownMessage);
-  failAllOnLoop(Status{ErrorCode::kTimeout, report.shutdownMessage});
+  const Status status{ErrorCode::kTimeout, report.shutdownMessage};
+  if (set.id == 0) {
+    // Every rank got this report in this round: all stop here together.
+    failAllOnLoop(status);
+    return false;
+  }
+  // Only the set's members got it. They fail, and end the job through an
+  // abort, which set 0's next cycle tells every rank about (ranks outside
+  // the set must not wait for them).
+  failAllOnLoop(status);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (abortMessage.empty()) abortMessage = report.shutdownMessage;
+  }
+  publishAbort(*store, identity.rank, report.shutdownMessage);
+  abortRequested = true;
   return true;
 }
 
@@ -50,14 +81,18 @@ void Engine::Impl::applyTimelineOnLoop() {
   if (timeline) {
     // Spans still open end here, so the old file has no dangling ones.
     const int64_t ts = timeline::Timeline::now();
-    for (auto& [name, op] : pending) {
-      if (op.traced) traceCloseOnLoop(op, ts);
+    for (auto& [id, set] : sets) {
+      for (auto& [name, op] : set->pending) {
+        if (op.traced) traceCloseOnLoop(op, ts);
+      }
     }
     timeline->close();
   }
-  for (auto& [name, op] : pending) op.traced = false;
+  for (auto& [id, set] : sets) {
+    for (auto& [name, op] : set->pending) op.traced = false;
+  }
   timeline = std::move(next);
-  executor->setTimeline(timeline.get());
+  for (auto& [id, set] : sets) set->executor->setTimeline(timeline.get());
   {
     std::lock_guard<std::mutex> lock(timelineMu);
     timelineApplied = ticket;
@@ -65,12 +100,15 @@ void Engine::Impl::applyTimelineOnLoop() {
   timelineCv.notify_all();
 }
 
-void Engine::Impl::traceAdmitOnLoop(PendingOp& op) {
+void Engine::Impl::traceAdmitOnLoop(ProcessSetState& set, PendingOp& op) {
   const int64_t enqueued = std::chrono::duration_cast<std::chrono::microseconds>(
                                op.enqueued.time_since_epoch())
                                .count();
   op.traced = true;
-  op.row = timeline->rowOf(op.msg.request.name);
+  // Names are per set: another set's rows carry its id.
+  op.row = timeline->rowOf(set.id == 0 ? op.msg.request.name
+                                       : op.msg.request.name + " [process set " +
+                                             std::to_string(set.id) + "]");
   op.span = PendingOp::Span::kNegotiate;
   timeline->begin(op.row, timeline::opSpanName(op.msg.request.op), enqueued);
   timeline->begin(op.row, timeline::kNegotiate, enqueued);
@@ -78,12 +116,13 @@ void Engine::Impl::traceAdmitOnLoop(PendingOp& op) {
   timeline->instant(op.row, timeline::kReady, timeline::Timeline::now());
 }
 
-void Engine::Impl::traceNegotiatedOnLoop(const std::vector<Response>& responses) {
+void Engine::Impl::traceNegotiatedOnLoop(ProcessSetState& set,
+                                         const std::vector<Response>& responses) {
   const int64_t ts = timeline::Timeline::now();
   for (const auto& r : responses) {
     for (const auto& name : r.names) {
-      auto it = pending.find(name);
-      if (it == pending.end()) continue;
+      auto it = set.pending.find(name);
+      if (it == set.pending.end()) continue;
       PendingOp& op = it->second;
       if (!op.traced || op.span != PendingOp::Span::kNegotiate) continue;
       timeline->end(op.row, timeline::kNegotiate, ts);

@@ -17,6 +17,7 @@ struct HandleState {
   std::vector<int64_t> outputShape;
   std::vector<int64_t> receivedSplits;
   int joinResult = -1;
+  int processSetId = -1;  // process set change: the set added
 
   // Called once, by the background thread, then wake(). Results
   // (outputShape...) must be set before. Apart so that a batch of handles

@@ -1,16 +1,22 @@
 #include "engine/request_check.h"
 
+#include <algorithm>
+
+#include "engine/process_set.h"
+
 namespace kolo {
 
-void checkRequest(const Request& q, const Entry& e, const Identity& id) {
+void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set) {
   auto fail = [&](const std::string& what) {
     throw InvalidArgument("'" + q.name + "' (" + toString(q.op) + "): " + what);
   };
   if (q.name.empty()) throw InvalidArgument("every operation needs a non-empty name");
   if (q.name.rfind("kolo.", 0) == 0) fail("names starting with 'kolo.' are reserved");
-  if (q.op == OpType::kJoin || q.op == OpType::kBarrier) {
-    fail("use Engine::join() / Engine::barrier() instead of enqueue");
+  if (q.op == OpType::kJoin || q.op == OpType::kBarrier || q.op == OpType::kProcessSet) {
+    fail("use Engine::join() / barrier() / addProcessSet() / removeProcessSet() instead of "
+         "enqueue");
   }
+  if (static_cast<int>(q.op) >= kNumOpTypes) fail("unknown operation");
   if (static_cast<int>(q.dtype) >= kNumDataTypes) fail("unknown dtype");
   for (int64_t d : q.shape) {
     if (d < 0) fail("negative dimension in shape " + describe(q.dtype, q.shape));
@@ -46,9 +52,16 @@ void checkRequest(const Request& q, const Entry& e, const Identity& id) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
       if (n > 0 && e.output == nullptr) fail("output pointer is null");
-      if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= id.size)) {
+      if (q.op == OpType::kBroadcast && set.id == 0 &&
+          (q.root < 0 || q.root >= set.size())) {
         fail("root rank " + std::to_string(q.root) + " is not a rank (size " +
-             std::to_string(id.size) + ")");
+             std::to_string(set.size()) + ")");
+      }
+      if (q.op == OpType::kBroadcast && set.id != 0 &&
+          !std::binary_search(set.ranks.begin(), set.ranks.end(), q.root)) {
+        fail("root rank " + std::to_string(q.root) + " is not a member of " +
+             processSetLabel(set.id, set.ranks) +
+             " (root_rank is a rank of the job, not of the set)");
       }
       break;
     case OpType::kAllgather:
@@ -61,9 +74,10 @@ void checkRequest(const Request& q, const Entry& e, const Identity& id) {
       break;
   }
   if (q.op == OpType::kAlltoall && !q.splits.empty()) {
-    if (q.splits.size() != static_cast<size_t>(id.size)) {
-      fail("splits has " + std::to_string(q.splits.size()) + " entries; need one per rank (" +
-           std::to_string(id.size) + ")");
+    if (q.splits.size() != static_cast<size_t>(set.size())) {
+      fail("splits has " + std::to_string(q.splits.size()) + " entries; need one per rank" +
+           std::string(set.id == 0 ? "" : " of the process set") + " (" +
+           std::to_string(set.size()) + ")");
     }
     int64_t sum = 0;
     for (int64_t s : q.splits) {

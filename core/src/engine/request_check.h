@@ -10,7 +10,9 @@ namespace kolo {
 inline constexpr const char* kJoinName = "kolo.join";
 inline constexpr const char* kBarrierName = "kolo.barrier";
 
-// Throws InvalidArgument naming the tensor and what to change.
-void checkRequest(const Request& request, const Entry& entry, const Identity& identity);
+// Throws InvalidArgument naming the tensor and what to change. set: the
+// process set the request runs in (this rank is a member); the broadcast
+// root is checked against it (a rank of the job that belongs to the set).
+void checkRequest(const Request& request, const Entry& entry, const ProcessSetInfo& set);
 
 }  // namespace kolo

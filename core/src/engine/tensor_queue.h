@@ -1,7 +1,7 @@
 // Hand-off between caller threads (enqueue) and the background loop.
 //
-// Names are reserved from push until release: a second operation under a
-// name still in flight is refused at push. The loop sleeps in waitForWork
+// Names (per process set) are reserved from push until release: a second
+// operation under a name still in flight in its set is refused at push. The loop sleeps in waitForWork
 // until new work arrives, stop is requested, or the cycle deadline passes.
 #pragma once
 
@@ -35,8 +35,9 @@ class TensorQueue {
   // Any thread: makes waitForWork return now.
   void wake();
 
-  // Loop thread: the ops named names completed; the names may be reused.
-  void release(const std::vector<const std::string*>& names);
+  // Loop thread: the ops named names in processSet completed; the names
+  // may be reused.
+  void release(int processSet, const std::vector<const std::string*>& names);
 
   // Refuses further pushes with status (engine stopped or failed).
   void close(const Status& status);

@@ -101,7 +101,8 @@ void Executor::execute(const Response& response, const std::vector<PendingOp*>& 
     case OpType::kAlltoall: return alltoall(response, ops[0]);
     case OpType::kReducescatter: return reducescatter(response, ops[0]);
     case OpType::kBarrier:
-    case OpType::kJoin: return;  // negotiation itself was the synchronisation
+    case OpType::kJoin:
+    case OpType::kProcessSet: return;  // negotiation itself was the synchronisation
   }
 }
 
@@ -229,6 +230,7 @@ void Executor::allgather(const Response& r, PendingOp* op) {
     in = op->entry.input;
     std::lock_guard<std::mutex> lock(op->handle->mu);
     op->handle->outputShape = shape;
+    op->handle->receivedSplits.assign(r.rankDims.begin(), r.rankDims.end());
   } else {
     out = scratch_.data(static_cast<size_t>(rows * row) * esize);
     in = nullptr;
@@ -242,7 +244,7 @@ void Executor::allgather(const Response& r, PendingOp* op) {
 void Executor::alltoall(const Response& r, PendingOp* op) {
   const int n = identity_.size;
   const int me = identity_.rank;
-  const int64_t row = rowElements(op->msg.request.shape);
+  const int64_t row = rowElements(r.shapes[0]);
   std::vector<size_t> send(n), recv(n);
   std::vector<int64_t> received(n);
   int64_t rows = 0;
@@ -252,18 +254,24 @@ void Executor::alltoall(const Response& r, PendingOp* op) {
     recv[j] = static_cast<size_t>(received[j] * row);
     rows += received[j];
   }
-  std::vector<int64_t> shape = op->msg.request.shape;
-  shape[0] = rows;
-  void* out = op->entry.allocate(shape);
-  {
+  const size_t esize = elementSize(r.dtype);
+  void* out;
+  const void* in = nullptr;  // joined: sends nothing (its row of rankDims is zeros)
+  if (op != nullptr) {
+    std::vector<int64_t> shape = op->msg.request.shape;
+    shape[0] = rows;
+    out = op->entry.allocate(shape);
+    in = op->entry.input;
     std::lock_guard<std::mutex> lock(op->handle->mu);
     op->handle->outputShape = shape;
     op->handle->receivedSplits = received;
+  } else {
+    out = scratch_.data(static_cast<size_t>(rows * row) * esize);
   }
   ++stats_.responses;
   ++stats_.backendCalls;
   traceBegin(collectiveSpan_);
-  collectives_->alltoallv(op->entry.input, send, out, recv, r.dtype);
+  collectives_->alltoallv(in, send, out, recv, r.dtype);
   traceEnd(collectiveSpan_);
 }
 
@@ -272,25 +280,36 @@ void Executor::reducescatter(const Response& r, PendingOp* op) {
   const int64_t rows = r.shapes[0].empty() ? 1 : r.shapes[0][0];
   std::vector<size_t> counts = evenSplit(rows, identity_.size);
   for (auto& c : counts) c *= static_cast<size_t>(row);
-  std::vector<int64_t> shape = r.shapes[0];
-  if (shape.empty()) shape.push_back(1);
-  shape[0] = static_cast<int64_t>(evenSplit(rows, identity_.size)[identity_.rank]);
-  void* out = op->entry.allocate(shape);
-  {
-    std::lock_guard<std::mutex> lock(op->handle->mu);
-    op->handle->outputShape = shape;
-  }
   const size_t total = static_cast<size_t>(rows * row);
-  const void* in = op->entry.input;
-  if (r.prescale != 1.0) {
-    void* tmp = fusion_.data(total * elementSize(r.dtype));
-    std::memcpy(tmp, in, total * elementSize(r.dtype));
-    scaleElements(tmp, total, r.dtype, r.prescale);
-    in = tmp;
+  const size_t esize = elementSize(r.dtype);
+  void* out;
+  const void* in;
+  if (op != nullptr) {
+    std::vector<int64_t> shape = r.shapes[0];
+    if (shape.empty()) shape.push_back(1);
+    shape[0] = static_cast<int64_t>(evenSplit(rows, identity_.size)[identity_.rank]);
+    out = op->entry.allocate(shape);
+    {
+      std::lock_guard<std::mutex> lock(op->handle->mu);
+      op->handle->outputShape = shape;
+    }
+    in = op->entry.input;
+    if (r.prescale != 1.0) {
+      void* tmp = fusion_.data(total * esize);
+      std::memcpy(tmp, in, total * esize);
+      scaleElements(tmp, total, r.dtype, r.prescale);
+      in = tmp;
+    }
+  } else {
+    // Joined: the identity of the reduce op in, this rank's share dropped.
+    char* buf = static_cast<char*>(fusion_.data((total + counts[identity_.rank]) * esize));
+    fillNeutral(buf, total, r.dtype, r.reduceOp);
+    in = buf;
+    out = buf + total * esize;
   }
   ++stats_.responses;
   ++stats_.backendCalls;
-  traceBegin(collectiveSpan_, static_cast<int64_t>(total * elementSize(r.dtype)));
+  traceBegin(collectiveSpan_, static_cast<int64_t>(total * esize));
   collectives_->reducescatter(in, out, counts, r.dtype, backendOp(r.reduceOp));
   finishReduction(out, counts[identity_.rank], r);
   traceEnd(collectiveSpan_);

@@ -16,8 +16,9 @@ constexpr uint64_t kNoShutdown = 1u << 2;
 constexpr uint64_t kNoAbort = 1u << 3;
 constexpr uint64_t kNoStallCheck = 1u << 4;  // cleared by rank 0 only
 constexpr uint64_t kNoTune = 1u << 5;        // cleared by rank 0 only
+constexpr uint64_t kNoBusy = 1u << 6;        // cleared by a rank with work in any set
 constexpr uint64_t kAllClear =
-    kNoUncached | kNoInvalid | kNoShutdown | kNoAbort | kNoStallCheck | kNoTune;
+    kNoUncached | kNoInvalid | kNoShutdown | kNoAbort | kNoStallCheck | kNoTune | kNoBusy;
 
 size_t cacheWords(int capacity) { return (static_cast<size_t>(capacity) + 63) / 64; }
 
@@ -40,14 +41,15 @@ std::vector<char> encodeStop(const CycleInput& in) {
 
 Controller::Controller(const Config& config, const Identity& identity,
                        std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-                       EngineStats& stats, Tunables& tunables)
+                       EngineStats& stats, Tunables& tunables, std::vector<int> ranks,
+                       std::string label)
     : config_(config),
       identity_(identity),
       channel_(std::move(channel)),
       cache_(cache),
       stats_(stats),
       tunables_(tunables),
-      table_(identity.size),
+      table_(std::move(ranks), std::move(label)),
       bits_(1 + cacheWords(cache.capacity()), 0) {}
 
 CycleOutput Controller::runCycle(const CycleInput& input) {
@@ -61,6 +63,7 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
   if (input.abort) status &= ~kNoAbort;
   if (identity_.rank == 0 && input.stallCheckDue) status &= ~kNoStallCheck;
   if (identity_.rank == 0 && input.tune) status &= ~kNoTune;
+  if (input.busy) status &= ~kNoBusy;
   bits_[0] = status;
   if (input.joined) {
     for (int b = 0; b < cache_.capacity(); ++b) {
@@ -82,6 +85,7 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
 
   if ((status & kNoTune) == 0) out.tuned = applyTune(input, out);
   out.stallCheck = (status & kNoStallCheck) == 0;
+  out.anyBusy = (status & kNoBusy) == 0;
 
   if ((status & kNoInvalid) == 0) {
     std::vector<uint64_t> invalid(cacheWords(cache_.capacity()), 0);

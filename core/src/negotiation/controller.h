@@ -1,5 +1,7 @@
-// Negotiation: decides, identically on every rank, which responses run
-// this cycle and in what order. Rank 0 is the coordinator.
+// Negotiation of one process set: decides, identically on every rank of
+// the set, which responses run this cycle and in what order. The set's rank
+// 0 is the coordinator. Shutdown, abort and autotuning travel only in the
+// global set's cycles (the engine never sets them for other sets).
 //
 // One cycle: a bitwise-AND allreduce of [status word | cache bits]. Cached
 // tensors whose bit is set everywhere are ready (steady state ends here).
@@ -10,7 +12,9 @@
 // check round requested by rank 0 (then the engine runs it right after this
 // cycle, see StallInspector), or a tunables change decided by rank 0's
 // autotuner (then rank 0 broadcasts it and every rank applies it before
-// fusing this cycle's responses).
+// fusing this cycle's responses). A busy bit tells idle ranks that some rank
+// has work, in a set they may not belong to, so that they keep cycling at
+// full rate instead of backing off (their set 0 cycles pace every set's).
 // Loop thread only.
 #pragma once
 
@@ -39,6 +43,7 @@ struct CycleInput {
   std::string abortMessage;
   bool stallCheckDue = false;             // rank 0: ask for a stall check round
   std::optional<autotune::Decision> tune; // rank 0: tunables to apply everywhere
+  bool busy = false;                      // this rank has work (in any process set)
 };
 
 // How the job ends when some rank stops (shutdown or abort).
@@ -53,6 +58,7 @@ struct CycleOutput {
   std::vector<Response> uncached;  // from the coordinator; run second
   std::vector<int> evictedBits;    // invalidated on every rank this cycle
   bool stallCheck = false;         // every rank runs a stall check round now
+  bool anyBusy = false;            // some rank set CycleInput::busy
   std::optional<autotune::Decision> tuned;  // applied on every rank this cycle
   bool stop = false;
   StopInfo stopInfo;
@@ -60,9 +66,13 @@ struct CycleOutput {
 
 class Controller {
  public:
+  // identity: this rank's place in the set; ranks: the job rank of each
+  // set rank and label ("process set 2 (ranks 0,2)", empty for the global
+  // set), for the coordinator's messages.
   Controller(const Config& config, const Identity& identity,
              std::unique_ptr<comm::ControlChannel> channel, ResponseCache& cache,
-             EngineStats& stats, Tunables& tunables);
+             EngineStats& stats, Tunables& tunables, std::vector<int> ranks,
+             std::string label);
 
   CycleOutput runCycle(const CycleInput& input);
 

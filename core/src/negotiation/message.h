@@ -9,11 +9,24 @@
 
 namespace kolo {
 
+// kProcessSet: the change every rank applies at this point of set 0's
+// response order.
+struct ProcessSetChange {
+  std::vector<int32_t> ranks;  // add a set of these ranks (ascending); empty: remove
+  int32_t removeId = -1;       // remove this set
+
+  bool operator==(const ProcessSetChange& o) const {
+    return ranks == o.ranks && removeId == o.removeId;
+  }
+  bool operator!=(const ProcessSetChange& o) const { return !(*this == o); }
+};
+
 // A request as sent to the coordinator.
 struct RequestMsg {
   Request request;
   std::string group;  // non-empty: member of a group negotiated as a unit
   int groupSize = 0;
+  ProcessSetChange setChange;  // kProcessSet only
 };
 
 struct RequestList {
@@ -41,6 +54,7 @@ struct Response {
   std::vector<int64_t> rankDims;
   std::string error;  // kError
   int rankArg = -1;   // kJoinAck: the rank that joined; kJoinDone: last to join
+  ProcessSetChange setChange;  // kProcessSet
 
   int64_t totalElements() const;
   // The same kind, op, dtype, device, reduce op, scales and root, with no

@@ -6,18 +6,11 @@
 namespace kolo {
 namespace {
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-Response errorResponse(const std::string& name, const std::string& message) {
-  Response r;
-  r.kind = ResponseKind::kError;
-  r.names = {name};
-  r.error = message;
-  return r;
+template <typename T>
+std::string bracketed(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
 std::string fmtScale(double v) {
@@ -26,10 +19,17 @@ std::string fmtScale(double v) {
   return os.str();
 }
 
+std::string describeChange(const ProcessSetChange& c) {
+  if (c.ranks.empty()) return "removal of process set " + std::to_string(c.removeId);
+  return "a process set of ranks " + bracketed(c.ranks);
+}
+
 // Compares every submitted request against the lowest submitting rank's and
-// describes the first disagreement ("" when all agree).
+// describes the first disagreement ("" when all agree). ranks maps set
+// ranks to job ranks for the message.
 std::string findMismatch(const std::string& name,
-                         const std::vector<std::optional<RequestMsg>>& perRank) {
+                         const std::vector<std::optional<RequestMsg>>& perRank,
+                         const std::vector<int>& ranks) {
   int first = -1;
   for (size_t r = 0; r < perRank.size(); ++r) {
     if (perRank[r]) {
@@ -44,9 +44,22 @@ std::string findMismatch(const std::string& name,
     const Request& b = perRank[r]->request;
     auto differ = [&](const std::string& what, const std::string& va, const std::string& vb) {
       return "tensor '" + name + "': ranks disagree on " + what + ": rank " +
-             std::to_string(first) + " sent " + va + ", rank " + std::to_string(r) + " sent " + vb;
+             std::to_string(ranks[first]) + " sent " + va + ", rank " + std::to_string(ranks[r]) +
+             " sent " + vb;
     };
     if (a.op != b.op) return differ("the operation", toString(a.op), toString(b.op));
+    if (a.op == OpType::kProcessSet) {
+      const ProcessSetChange& ca = perRank[first]->setChange;
+      const ProcessSetChange& cb = perRank[r]->setChange;
+      if (ca != cb) {
+        return "process set change #" + name.substr(name.rfind('.') + 1) +
+               ": ranks disagree (every rank must call add_process_set/remove_process_set "
+               "with the same arguments in the same order): rank " +
+               std::to_string(ranks[first]) + " asked for " + describeChange(ca) + ", rank " +
+               std::to_string(ranks[r]) + " for " + describeChange(cb);
+      }
+      continue;
+    }
     if (a.dtype != b.dtype) {
       return differ("dtype", describe(a.dtype, a.shape), describe(b.dtype, b.shape));
     }
@@ -74,7 +87,7 @@ std::string findMismatch(const std::string& name,
       }
     }
     if (a.op == OpType::kBroadcast && a.root != b.root) {
-      return differ("root rank", std::to_string(a.root), std::to_string(b.root));
+      return differ("root rank", std::to_string(ranks[a.root]), std::to_string(ranks[b.root]));
     }
     if (perRank[first]->group != perRank[r]->group) {
       return differ("group", "'" + perRank[first]->group + "'", "'" + perRank[r]->group + "'");
@@ -85,7 +98,19 @@ std::string findMismatch(const std::string& name,
 
 }  // namespace
 
-MessageTable::MessageTable(int size) : size_(size), joined_(size, false) {}
+MessageTable::MessageTable(std::vector<int> ranks, std::string label)
+    : size_(static_cast<int>(ranks.size())),
+      ranks_(std::move(ranks)),
+      label_(std::move(label)),
+      joined_(size_, false) {}
+
+Response MessageTable::error(const std::string& name, const std::string& message) const {
+  Response r;
+  r.kind = ResponseKind::kError;
+  r.names = {name};
+  r.error = label_.empty() ? message : label_ + ": " + message;
+  return r;
+}
 
 void MessageTable::add(int rank, const RequestMsg& msg) {
   if (msg.request.op == OpType::kJoin) {
@@ -117,8 +142,8 @@ bool MessageTable::readyRow(const Row& row) const {
 }
 
 Response MessageTable::buildResponse(const std::string& name, const Row& row) const {
-  std::string mismatch = findMismatch(name, row.perRank);
-  if (!mismatch.empty()) return errorResponse(name, mismatch);
+  std::string mismatch = findMismatch(name, row.perRank, ranks_);
+  if (!mismatch.empty()) return error(name, mismatch);
   int first = 0;
   while (!row.perRank[first]) ++first;
   const Request& q = row.perRank[first]->request;
@@ -133,51 +158,45 @@ Response MessageTable::buildResponse(const std::string& name, const Row& row) co
   r.root = q.root;
   r.names = {name};
   r.shapes = {q.shape};
-  std::vector<int> joinedRanks;
-  for (int i = 0; i < size_; ++i) {
-    if (!row.perRank[i]) joinedRanks.push_back(i);
-  }
+  r.setChange = row.perRank[first]->setChange;
   switch (q.op) {
     case OpType::kBroadcast:
       if (q.root < 0 || q.root >= size_) {
-        return errorResponse(name, "tensor '" + name + "': broadcast root " +
-                                       std::to_string(q.root) + " is not a rank (size " +
-                                       std::to_string(size_) + ")");
+        return error(name, "tensor '" + name + "': broadcast root " + std::to_string(q.root) +
+                               " is not a rank (size " + std::to_string(size_) + ")");
       }
       if (!row.perRank[q.root]) {
-        return errorResponse(name, "tensor '" + name + "': broadcast root rank " +
-                                       std::to_string(q.root) + " has joined and has no data");
+        return error(name, "tensor '" + name + "': broadcast root rank " +
+                               std::to_string(ranks_[q.root]) + " has joined and has no data");
       }
       break;
     case OpType::kAllgather:
+      // A joined rank contributes no rows.
       for (int i = 0; i < size_; ++i) {
         r.rankDims.push_back(row.perRank[i] ? row.perRank[i]->request.shape[0] : 0);
       }
       break;
     case OpType::kAlltoall:
-    case OpType::kReducescatter:
-      if (!joinedRanks.empty()) {
-        return errorResponse(name, "tensor '" + name + "': " + toString(q.op) +
-                                       " cannot run while ranks " + rankList(joinedRanks) +
-                                       " have joined");
-      }
-      if (q.op == OpType::kAlltoall) {
-        for (int i = 0; i < size_; ++i) {
-          const Request& qi = row.perRank[i]->request;
-          if (qi.splits.empty()) {
-            int64_t rows = qi.shape[0];
-            if (rows % size_ != 0) {
-              return errorResponse(name, "tensor '" + name + "': rank " + std::to_string(i) +
-                                             " sent " + std::to_string(rows) +
-                                             " rows without splits, which does not divide "
-                                             "evenly among " + std::to_string(size_) +
-                                             " ranks; pass splits");
-            }
-            for (int j = 0; j < size_; ++j) r.rankDims.push_back(rows / size_);
-          } else {
-            for (int64_t s : qi.splits) r.rankDims.push_back(s);
-          }
+      // Row i: rows rank i sends to each rank; a joined rank sends none (and
+      // what others send it is dropped on its side).
+      for (int i = 0; i < size_; ++i) {
+        if (!row.perRank[i]) {
+          r.rankDims.insert(r.rankDims.end(), size_, 0);
+          continue;
         }
+        const Request& qi = row.perRank[i]->request;
+        if (!qi.splits.empty()) {
+          r.rankDims.insert(r.rankDims.end(), qi.splits.begin(), qi.splits.end());
+          continue;
+        }
+        const int64_t rows = qi.shape[0];
+        if (rows % size_ != 0) {
+          return error(name, "tensor '" + name + "': rank " + std::to_string(ranks_[i]) +
+                                 " sent " + std::to_string(rows) +
+                                 " rows without splits, which does not divide evenly among " +
+                                 std::to_string(size_) + " ranks; pass splits");
+        }
+        r.rankDims.insert(r.rankDims.end(), size_, rows / size_);
       }
       break;
     default:
@@ -237,7 +256,7 @@ std::vector<MessageTable::Waiting> MessageTable::waiting() const {
   for (const auto& [name, row] : rows_) {
     Waiting w{name, {}, now - row.firstSeen};
     for (int r = 0; r < size_; ++r) {
-      if (!row.perRank[r] && !joined_[r]) w.missingRanks.push_back(r);
+      if (!row.perRank[r] && !joined_[r]) w.missingRanks.push_back(ranks_[r]);
     }
     if (!w.missingRanks.empty()) out.push_back(std::move(w));
   }

@@ -1,6 +1,8 @@
 // The coordinator's (rank 0's) record of which ranks submitted which
 // uncached requests, and the validation that turns cross-rank mismatches
-// into per-tensor error responses. Loop thread of rank 0 only.
+// into per-tensor error responses. One per process set; ranks here are
+// ranks within the set, and messages name them by their rank in the job.
+// Loop thread of the set's rank 0 only.
 #pragma once
 
 #include <chrono>
@@ -15,7 +17,9 @@ namespace kolo {
 
 class MessageTable {
  public:
-  explicit MessageTable(int size);
+  // ranks: the job rank of each set rank; label: prefixed to error
+  // messages ("process set 2 (ranks 0,2)"), empty for the global set.
+  MessageTable(std::vector<int> ranks, std::string label);
 
   void add(int rank, const RequestMsg& msg);
 
@@ -25,7 +29,7 @@ class MessageTable {
   // rank joined. Ready rows are removed.
   std::vector<Response> popReady();
 
-  // Names submitted by some ranks but not all, with the missing ranks and
+  // Names submitted by some ranks but not all, with the missing (job) ranks and
   // how long the oldest has waited (for the stall inspector).
   struct Waiting {
     std::string name;
@@ -43,8 +47,11 @@ class MessageTable {
 
   bool readyRow(const Row& row) const;
   Response buildResponse(const std::string& name, const Row& row) const;
+  Response error(const std::string& name, const std::string& message) const;
 
   int size_;
+  std::vector<int> ranks_;  // job rank of each set rank
+  std::string label_;
   uint64_t arrivals_ = 0;
   std::map<std::string, Row> rows_;
   std::vector<bool> joined_;

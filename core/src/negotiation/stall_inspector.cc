@@ -98,10 +98,13 @@ std::string describe(const std::vector<Stall>& stalls) {
 
 }  // namespace
 
-StallInspector::StallInspector(const Config& config, const Identity& identity)
+StallInspector::StallInspector(const Config& config, const Identity& identity,
+                               std::vector<int> ranks, std::string label)
     : checkTime_(config.stallCheckTime),
       shutdownTime_(config.stallShutdownTime),
       rank_(identity.rank),
+      ranks_(std::move(ranks)),
+      label_(std::move(label)),
       lastCheck_(Clock::now()) {
   std::chrono::milliseconds shortest{0};
   for (auto t : {checkTime_, shutdownTime_}) {
@@ -152,11 +155,12 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
     Stall st;
     st.name = name;
     for (int r = 0; r < size; ++r) {
+      const int jobRank = ranks_.empty() ? r : ranks_.at(r);
       if (perRankAge[r] >= 0) {
-        st.submitted.push_back(r);
+        st.submitted.push_back(jobRank);
         st.ageMs = std::max(st.ageMs, perRankAge[r]);
       } else if (r >= static_cast<int>(joined.size()) || !joined[r]) {
-        st.missing.push_back(r);
+        st.missing.push_back(jobRank);
       }
     }
     if (st.missing.empty()) continue;
@@ -170,9 +174,10 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
   for (auto it = warned_.begin(); it != warned_.end();) {
     it = stalledNow.count(*it) ? std::next(it) : warned_.erase(it);
   }
+  const std::string prefix = label_.empty() ? "" : label_ + ": ";
   StallReport report;
   if (!warn.empty()) {
-    report.warning = "stall: " + std::to_string(warn.size()) +
+    report.warning = prefix + "stall: " + std::to_string(warn.size()) +
                      " tensor(s) submitted by some ranks but not by others for more than " +
                      secondsText(checkTime_.count()) +
                      " (KOLO_STALL_CHECK_TIME): " + describe(warn) +
@@ -181,7 +186,7 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
   }
   if (!fail.empty()) {
     report.shutdown = true;
-    report.shutdownMessage = "stalled for more than " + secondsText(shutdownTime_.count()) +
+    report.shutdownMessage = prefix + "stalled for more than " + secondsText(shutdownTime_.count()) +
                              " (KOLO_STALL_SHUTDOWN_TIME), shutting down: " + describe(fail);
   }
   return report;

@@ -10,6 +10,10 @@
 // broadcasts one report that every rank logs and acts on. No collective is
 // added to cycles without a check.
 //
+// One per process set, over the set's control channel; ranks in messages
+// are ranks of the job, and messages of a set other than the global one
+// start with its label ("process set 2 (ranks 0,2): stall: ...").
+//
 // Threading: loop thread only.
 #pragma once
 
@@ -37,7 +41,10 @@ struct StallReport {
 
 class StallInspector {
  public:
-  StallInspector(const Config& config, const Identity& identity);
+  // identity: this rank's place in the set; ranks: the job rank of each
+  // set rank (empty: the same numbers); label: see above.
+  StallInspector(const Config& config, const Identity& identity, std::vector<int> ranks = {},
+                 std::string label = "");
 
   // False when both KOLO_STALL_CHECK_TIME and KOLO_STALL_SHUTDOWN_TIME are 0.
   bool enabled() const { return period_.count() > 0; }
@@ -63,6 +70,8 @@ class StallInspector {
   const std::chrono::milliseconds checkTime_;
   const std::chrono::milliseconds shutdownTime_;
   const int rank_;
+  const std::vector<int> ranks_;
+  const std::string label_;
   std::chrono::milliseconds period_{0};
   std::chrono::steady_clock::time_point lastCheck_;
   std::set<std::string> warned_;  // rank 0: stalls already reported

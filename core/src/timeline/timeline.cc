@@ -21,6 +21,8 @@ const char* opSpanName(OpType op) {
       return "BARRIER";
     case OpType::kJoin:
       return "JOIN";
+    case OpType::kProcessSet:
+      return "PROCESS_SET";
   }
   return "UNKNOWN";
 }

@@ -44,6 +44,24 @@ void checkScale(double s, const char* what) {
   if (!std::isfinite(s)) malformed(what, "non-finite scale factor");
 }
 
+// A process set change: ascending ranks of the job, or one id to remove.
+ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId, int worldSize,
+                             const char* what) {
+  ProcessSetChange c;
+  if (ranks != nullptr) {
+    c.ranks.resize(ranks->size());
+    if (!c.ranks.empty()) std::memcpy(c.ranks.data(), ranks->Data(), c.ranks.size() * 4);
+  }
+  for (size_t i = 0; i < c.ranks.size(); ++i) {
+    if (c.ranks[i] < 0 || c.ranks[i] >= worldSize || (i > 0 && c.ranks[i] <= c.ranks[i - 1])) {
+      malformed(what, "process set ranks not ascending ranks of the job");
+    }
+  }
+  c.removeId = removeId;
+  if (c.removeId < -1) malformed(what, "negative process set id");
+  return c;
+}
+
 }  // namespace
 
 std::vector<char> encode(const RequestList& list) {
@@ -56,6 +74,7 @@ std::vector<char> encode(const RequestList& list) {
     auto shape = b.CreateVector(r.shape);
     auto splits = b.CreateVector(r.splits);
     auto group = b.CreateString(m.group);
+    auto setRanks = b.CreateVector(m.setChange.ranks);
     gen::RequestBuilder rb(b);
     rb.add_name(name);
     rb.add_op(static_cast<uint8_t>(r.op));
@@ -70,6 +89,8 @@ std::vector<char> encode(const RequestList& list) {
     rb.add_splits(splits);
     rb.add_group(group);
     rb.add_group_size(m.groupSize);
+    rb.add_set_ranks(setRanks);
+    rb.add_set_remove(m.setChange.removeId);
     reqs.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(reqs);
@@ -93,6 +114,7 @@ std::vector<char> encode(const ResponseList& list) {
     auto shapesV = b.CreateVector(shapes);
     auto rankDims = b.CreateVector(r.rankDims);
     auto error = b.CreateString(r.error);
+    auto setRanks = b.CreateVector(r.setChange.ranks);
     gen::ResponseBuilder rb(b);
     rb.add_kind(static_cast<uint8_t>(r.kind));
     rb.add_op(static_cast<uint8_t>(r.op));
@@ -107,6 +129,8 @@ std::vector<char> encode(const ResponseList& list) {
     rb.add_rank_dims(rankDims);
     rb.add_error(error);
     rb.add_rank_arg(r.rankArg);
+    rb.add_set_ranks(setRanks);
+    rb.add_set_remove(r.setChange.removeId);
     resps.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(resps);
@@ -136,7 +160,7 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
     RequestMsg m;
     kolo::Request& q = m.request;
     q.name = r->name()->str();
-    q.op = enumFrom<OpType>(r->op(), 7, what, "op");
+    q.op = enumFrom<OpType>(r->op(), kNumOpTypes, what, "op");
     q.dtype = enumFrom<DataType>(r->dtype(), kNumDataTypes, what, "dtype");
     q.shape = longs(r->shape());
     checkDims(q.shape, what);
@@ -157,6 +181,7 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
     m.group = r->group() ? r->group()->str() : "";
     m.groupSize = r->group_size();
     if (m.groupSize < 0) malformed(what, "negative group size");
+    m.setChange = setChangeOf(r->set_ranks(), r->set_remove(), worldSize, what);
     out.requests.push_back(std::move(m));
   }
   return out;
@@ -176,7 +201,7 @@ ResponseList decodeResponseList(const std::vector<char>& bytes, int worldSize) {
   for (const auto* r : *msg->responses()) {
     kolo::Response p;
     p.kind = enumFrom<ResponseKind>(r->kind(), 4, what, "kind");
-    p.op = enumFrom<OpType>(r->op(), 7, what, "op");
+    p.op = enumFrom<OpType>(r->op(), kNumOpTypes, what, "op");
     p.dtype = enumFrom<DataType>(r->dtype(), kNumDataTypes, what, "dtype");
     p.device = enumFrom<DeviceKind>(r->device(), 2, what, "device");
     p.reduceOp = enumFrom<ReduceOp>(r->reduce_op(), kNumReduceOps, what, "reduce op");
@@ -198,6 +223,7 @@ ResponseList decodeResponseList(const std::vector<char>& bytes, int worldSize) {
     checkDims(p.rankDims, what);
     p.error = r->error() ? r->error()->str() : "";
     p.rankArg = r->rank_arg();
+    p.setChange = setChangeOf(r->set_ranks(), r->set_remove(), worldSize, what);
     if (p.kind == ResponseKind::kOk) {
       if (p.names.empty()) malformed(what, "response without tensors");
       if (p.shapes.size() != p.names.size()) malformed(what, "shapes do not match names");

@@ -9,9 +9,15 @@
 //
 // Every collective is negotiated by name across ranks. Operations called
 // without a name get a generated one ("noname.allreduce.<n>") from a counter
-// per operation kind in the Context, so unnamed operations must be issued in
-// the same order on every rank. Name the operations of a hot loop: a stable
-// name also lets the engine's response cache skip negotiation.
+// per operation kind and process set in the Context, so unnamed operations
+// must be issued in the same order on every rank of their set. Name the
+// operations of a hot loop: a stable name also lets the engine's response
+// cache skip negotiation.
+//
+// Process sets: every operation takes a trailing ProcessSet (default: all
+// ranks) and then runs among that set's ranks only (see kolo::Engine). Roots
+// are ranks of the job; allgather and alltoall order blocks by the set's
+// rank order.
 //
 // The public API uses snake_case, like the Horovod and PyTorch APIs it
 // mirrors. Do not write `using namespace kolo;` next to LibTorch code:
@@ -27,10 +33,10 @@
 
 #include <torch/torch.h>
 
-#include <array>
-#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +76,22 @@ NamedTensors to_named_tensors(const ::torch::OrderedDict<std::string, at::Tensor
 DataType to_data_type(at::ScalarType type, const std::string& what);
 at::ScalarType to_scalar_type(DataType type);
 
+// A process set of a Context's engine, by id; ProcessSet() is the set of
+// all ranks. Static sets (kolo::init(process_sets)) have ids 1, 2, ... in
+// the order given; add_process_set returns the others.
+class ProcessSet {
+ public:
+  constexpr ProcessSet() = default;
+  constexpr explicit ProcessSet(int id) : id_(id) {}
+  constexpr int id() const { return id_; }
+  bool operator==(const ProcessSet& o) const { return id_ == o.id_; }
+  bool operator!=(const ProcessSet& o) const { return id_ != o.id_; }
+
+ private:
+  int id_ = 0;
+};
+inline constexpr ProcessSet global_process_set{};
+
 namespace detail {
 struct HandleBody;
 }
@@ -90,7 +112,8 @@ class TensorHandle {
   // for in-place operations the caller's tensor (copied back if it was not
   // contiguous). Calling it again returns the same tensor.
   at::Tensor wait() const;
-  // alltoall: rows received from each rank (valid after wait()).
+  // alltoall: rows received from each rank of the set; allgather: rows
+  // each rank contributed (0 for a joined rank). Valid after wait().
   std::vector<int64_t> received_splits() const;
   // The engine-level handle.
   const kolo::Handle& handle() const;
@@ -125,75 +148,109 @@ class Context {
   // and truncated, float16/bfloat16 in float32, as Horovod does).
   at::Tensor allreduce(const at::Tensor& tensor, ReduceOp op = Average,
                        const std::string& name = "", double prescale = 1.0,
-                       double postscale = 1.0);
+                       double postscale = 1.0, ProcessSet process_set = {});
   at::Tensor allreduce_(const at::Tensor& tensor, ReduceOp op = Average,
                         const std::string& name = "", double prescale = 1.0,
-                        double postscale = 1.0);
+                        double postscale = 1.0, ProcessSet process_set = {});
   TensorHandle allreduce_async(const at::Tensor& tensor, ReduceOp op = Average,
                                const std::string& name = "", double prescale = 1.0,
-                               double postscale = 1.0);
+                               double postscale = 1.0, ProcessSet process_set = {});
   TensorHandle allreduce_async_(const at::Tensor& tensor, ReduceOp op = Average,
                                 const std::string& name = "", double prescale = 1.0,
-                                double postscale = 1.0);
-  // Negotiated and fused as one unit (Engine::enqueueGroup); the members are
-  // named "<name>.<i>".
+                                double postscale = 1.0, ProcessSet process_set = {});
+  // Negotiated as one unit (Engine::enqueueGroup) and fused; the members
+  // are named "<name>.<i>".
   std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
                                             ReduceOp op = Average,
                                             const std::string& name = "",
-                                            double prescale = 1.0, double postscale = 1.0);
+                                            double prescale = 1.0, double postscale = 1.0,
+                                            ProcessSet process_set = {});
   std::vector<TensorHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
                                                     ReduceOp op = Average,
                                                     const std::string& name = "",
                                                     double prescale = 1.0,
-                                                    double postscale = 1.0);
+                                                    double postscale = 1.0,
+                                                    ProcessSet process_set = {});
 
   // Concatenation over ranks along dim 0; the first dimension may differ
   // per rank, the others must match.
-  at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "");
-  TensorHandle allgather_async(const at::Tensor& tensor, const std::string& name = "");
+  at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "",
+                       ProcessSet process_set = {});
+  TensorHandle allgather_async(const at::Tensor& tensor, const std::string& name = "",
+                               ProcessSet process_set = {});
+  // Several allgathers negotiated as one unit.
+  std::vector<at::Tensor> grouped_allgather(const std::vector<at::Tensor>& tensors,
+                                            const std::string& name = "",
+                                            ProcessSet process_set = {});
+  std::vector<TensorHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
+                                                    const std::string& name = "",
+                                                    ProcessSet process_set = {});
 
-  // root's tensor on every rank.
-  at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name = "");
-  at::Tensor broadcast_(const at::Tensor& tensor, int root, const std::string& name = "");
+  // root's tensor on every rank (root: a rank of the job, in the set).
+  at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name = "",
+                       ProcessSet process_set = {});
+  at::Tensor broadcast_(const at::Tensor& tensor, int root, const std::string& name = "",
+                        ProcessSet process_set = {});
   TensorHandle broadcast_async(const at::Tensor& tensor, int root,
-                               const std::string& name = "");
+                               const std::string& name = "", ProcessSet process_set = {});
   TensorHandle broadcast_async_(const at::Tensor& tensor, int root,
-                                const std::string& name = "");
+                                const std::string& name = "", ProcessSet process_set = {});
 
-  // Sends splits[j] rows (dim 0) to rank j; empty splits = an even split.
+  // Sends splits[j] rows (dim 0) to the set's rank j; empty splits = an
+  // even split.
   AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
-                          const std::string& name = "");
+                          const std::string& name = "", ProcessSet process_set = {});
   TensorHandle alltoall_async(const at::Tensor& tensor,
                               const std::vector<int64_t>& splits = {},
-                              const std::string& name = "");
+                              const std::string& name = "", ProcessSet process_set = {});
 
   // Reduces over ranks and returns this rank's share of dim 0 (rows split as
   // evenly as possible, the first ranks taking the remainder).
   at::Tensor reducescatter(const at::Tensor& tensor, ReduceOp op = Average,
                            const std::string& name = "", double prescale = 1.0,
-                           double postscale = 1.0);
+                           double postscale = 1.0, ProcessSet process_set = {});
   TensorHandle reducescatter_async(const at::Tensor& tensor, ReduceOp op = Average,
                                    const std::string& name = "", double prescale = 1.0,
-                                   double postscale = 1.0);
+                                   double postscale = 1.0, ProcessSet process_set = {});
+  // Several reducescatters negotiated as one unit.
+  std::vector<at::Tensor> grouped_reducescatter(const std::vector<at::Tensor>& tensors,
+                                                ReduceOp op = Average,
+                                                const std::string& name = "",
+                                                double prescale = 1.0, double postscale = 1.0,
+                                                ProcessSet process_set = {});
+  std::vector<TensorHandle> grouped_reducescatter_async(
+      const std::vector<at::Tensor>& tensors, ReduceOp op = Average,
+      const std::string& name = "", double prescale = 1.0, double postscale = 1.0,
+      ProcessSet process_set = {});
 
-  void barrier();
-  // This rank has no more data; blocks until every rank joined and returns
-  // the last rank to join (see Engine::join).
-  int join();
+  void barrier(ProcessSet process_set = {});
+  // This rank has no more data; blocks until every rank of the set joined
+  // and returns the last rank to join (see Engine::join).
+  int join(ProcessSet process_set = {});
 
   // root's bytes on every rank (other ranks' argument is ignored).
   std::string broadcast_object(const std::string& bytes, int root = 0,
-                               const std::string& name = "");
+                               const std::string& name = "", ProcessSet process_set = {});
 
-  // `name` if not empty, else the next generated name for `op`.
-  std::string name_or_next(const std::string& name, const char* op);
+  // Process sets (see kolo::Engine): collective over all ranks, called
+  // with the same ranks in the same order everywhere. remove_process_set
+  // returns false for the global set (which cannot be removed).
+  ProcessSet add_process_set(const std::vector<int>& ranks);
+  bool remove_process_set(ProcessSet process_set);
+  ProcessSetInfo process_set_info(ProcessSet process_set) const;
+
+  // `name` if not empty, else the next generated name for `op` in the set
+  // ("noname.<op>.<n>"; other sets: "noname.<op>.ps<id>.<n>").
+  std::string name_or_next(const std::string& name, const char* op,
+                           ProcessSet process_set = {});
 
  private:
   friend Context& default_context();
   Context() = default;  // the default engine
 
   Engine* engine_ = nullptr;  // null: kolo::defaultEngine()
-  std::array<std::atomic<uint64_t>, 8> counters_{};
+  std::mutex countersMu_;
+  std::map<std::pair<int, std::string>, uint64_t> counters_;  // (set, op) -> next
 };
 
 // The context of kolo::defaultEngine(); valid before init() (it resolves the
@@ -204,82 +261,123 @@ Context& default_context();
 
 inline at::Tensor allreduce(const at::Tensor& t, ReduceOp op = Average,
                             const std::string& name = "", double prescale = 1.0,
-                            double postscale = 1.0) {
-  return default_context().allreduce(t, op, name, prescale, postscale);
+                            double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().allreduce(t, op, name, prescale, postscale, process_set);
 }
 inline at::Tensor allreduce_(const at::Tensor& t, ReduceOp op = Average,
                              const std::string& name = "", double prescale = 1.0,
-                             double postscale = 1.0) {
-  return default_context().allreduce_(t, op, name, prescale, postscale);
+                             double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().allreduce_(t, op, name, prescale, postscale, process_set);
 }
 inline TensorHandle allreduce_async(const at::Tensor& t, ReduceOp op = Average,
                                     const std::string& name = "", double prescale = 1.0,
-                                    double postscale = 1.0) {
-  return default_context().allreduce_async(t, op, name, prescale, postscale);
+                                    double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().allreduce_async(t, op, name, prescale, postscale, process_set);
 }
 inline TensorHandle allreduce_async_(const at::Tensor& t, ReduceOp op = Average,
                                      const std::string& name = "", double prescale = 1.0,
-                                     double postscale = 1.0) {
-  return default_context().allreduce_async_(t, op, name, prescale, postscale);
+                                     double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().allreduce_async_(t, op, name, prescale, postscale, process_set);
 }
 inline std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& ts,
                                                  ReduceOp op = Average,
                                                  const std::string& name = "",
-                                                 double prescale = 1.0,
-                                                 double postscale = 1.0) {
-  return default_context().grouped_allreduce(ts, op, name, prescale, postscale);
+                                                 double prescale = 1.0, double postscale = 1.0,
+                                                 ProcessSet process_set = {}) {
+  return default_context().grouped_allreduce(ts, op, name, prescale, postscale, process_set);
 }
-inline std::vector<TensorHandle> grouped_allreduce_async(const std::vector<at::Tensor>& ts,
-                                                         ReduceOp op = Average,
+inline std::vector<TensorHandle> grouped_allreduce_async(
+    const std::vector<at::Tensor>& ts, ReduceOp op = Average, const std::string& name = "",
+    double prescale = 1.0, double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().grouped_allreduce_async(ts, op, name, prescale, postscale,
+                                                   process_set);
+}
+inline at::Tensor allgather(const at::Tensor& t, const std::string& name = "",
+                            ProcessSet process_set = {}) {
+  return default_context().allgather(t, name, process_set);
+}
+inline TensorHandle allgather_async(const at::Tensor& t, const std::string& name = "",
+                                    ProcessSet process_set = {}) {
+  return default_context().allgather_async(t, name, process_set);
+}
+inline std::vector<at::Tensor> grouped_allgather(const std::vector<at::Tensor>& ts,
+                                                 const std::string& name = "",
+                                                 ProcessSet process_set = {}) {
+  return default_context().grouped_allgather(ts, name, process_set);
+}
+inline std::vector<TensorHandle> grouped_allgather_async(const std::vector<at::Tensor>& ts,
                                                          const std::string& name = "",
-                                                         double prescale = 1.0,
-                                                         double postscale = 1.0) {
-  return default_context().grouped_allreduce_async(ts, op, name, prescale, postscale);
+                                                         ProcessSet process_set = {}) {
+  return default_context().grouped_allgather_async(ts, name, process_set);
 }
-inline at::Tensor allgather(const at::Tensor& t, const std::string& name = "") {
-  return default_context().allgather(t, name);
+inline at::Tensor broadcast(const at::Tensor& t, int root, const std::string& name = "",
+                            ProcessSet process_set = {}) {
+  return default_context().broadcast(t, root, name, process_set);
 }
-inline TensorHandle allgather_async(const at::Tensor& t, const std::string& name = "") {
-  return default_context().allgather_async(t, name);
-}
-inline at::Tensor broadcast(const at::Tensor& t, int root, const std::string& name = "") {
-  return default_context().broadcast(t, root, name);
-}
-inline at::Tensor broadcast_(const at::Tensor& t, int root, const std::string& name = "") {
-  return default_context().broadcast_(t, root, name);
+inline at::Tensor broadcast_(const at::Tensor& t, int root, const std::string& name = "",
+                             ProcessSet process_set = {}) {
+  return default_context().broadcast_(t, root, name, process_set);
 }
 inline TensorHandle broadcast_async(const at::Tensor& t, int root,
-                                    const std::string& name = "") {
-  return default_context().broadcast_async(t, root, name);
+                                    const std::string& name = "",
+                                    ProcessSet process_set = {}) {
+  return default_context().broadcast_async(t, root, name, process_set);
 }
 inline TensorHandle broadcast_async_(const at::Tensor& t, int root,
-                                     const std::string& name = "") {
-  return default_context().broadcast_async_(t, root, name);
+                                     const std::string& name = "",
+                                     ProcessSet process_set = {}) {
+  return default_context().broadcast_async_(t, root, name, process_set);
 }
 inline AlltoallResult alltoall(const at::Tensor& t, const std::vector<int64_t>& splits = {},
-                               const std::string& name = "") {
-  return default_context().alltoall(t, splits, name);
+                               const std::string& name = "", ProcessSet process_set = {}) {
+  return default_context().alltoall(t, splits, name, process_set);
 }
 inline TensorHandle alltoall_async(const at::Tensor& t,
                                    const std::vector<int64_t>& splits = {},
-                                   const std::string& name = "") {
-  return default_context().alltoall_async(t, splits, name);
+                                   const std::string& name = "",
+                                   ProcessSet process_set = {}) {
+  return default_context().alltoall_async(t, splits, name, process_set);
 }
 inline at::Tensor reducescatter(const at::Tensor& t, ReduceOp op = Average,
                                 const std::string& name = "", double prescale = 1.0,
-                                double postscale = 1.0) {
-  return default_context().reducescatter(t, op, name, prescale, postscale);
+                                double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().reducescatter(t, op, name, prescale, postscale, process_set);
 }
 inline TensorHandle reducescatter_async(const at::Tensor& t, ReduceOp op = Average,
                                         const std::string& name = "", double prescale = 1.0,
-                                        double postscale = 1.0) {
-  return default_context().reducescatter_async(t, op, name, prescale, postscale);
+                                        double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().reducescatter_async(t, op, name, prescale, postscale, process_set);
 }
-inline void barrier() { default_context().barrier(); }
-inline int join() { return default_context().join(); }
+inline std::vector<at::Tensor> grouped_reducescatter(const std::vector<at::Tensor>& ts,
+                                                     ReduceOp op = Average,
+                                                     const std::string& name = "",
+                                                     double prescale = 1.0,
+                                                     double postscale = 1.0,
+                                                     ProcessSet process_set = {}) {
+  return default_context().grouped_reducescatter(ts, op, name, prescale, postscale,
+                                                 process_set);
+}
+inline std::vector<TensorHandle> grouped_reducescatter_async(
+    const std::vector<at::Tensor>& ts, ReduceOp op = Average, const std::string& name = "",
+    double prescale = 1.0, double postscale = 1.0, ProcessSet process_set = {}) {
+  return default_context().grouped_reducescatter_async(ts, op, name, prescale, postscale,
+                                                       process_set);
+}
+inline void barrier(ProcessSet process_set = {}) { default_context().barrier(process_set); }
+inline int join(ProcessSet process_set = {}) { return default_context().join(process_set); }
 inline std::string broadcast_object(const std::string& bytes, int root = 0,
-                                    const std::string& name = "") {
-  return default_context().broadcast_object(bytes, root, name);
+                                    const std::string& name = "",
+                                    ProcessSet process_set = {}) {
+  return default_context().broadcast_object(bytes, root, name, process_set);
+}
+inline ProcessSet add_process_set(const std::vector<int>& ranks) {
+  return default_context().add_process_set(ranks);
+}
+inline bool remove_process_set(ProcessSet process_set) {
+  return default_context().remove_process_set(process_set);
+}
+inline ProcessSetInfo process_set_info(ProcessSet process_set) {
+  return default_context().process_set_info(process_set);
 }
 inline bool poll(const TensorHandle& handle) { return handle.poll(); }
 inline at::Tensor synchronize(const TensorHandle& handle) { return handle.wait(); }
@@ -287,23 +385,26 @@ inline at::Tensor synchronize(const TensorHandle& handle) { return handle.wait()
 // ---- model and optimizer state ----------------------------------------------
 
 // Overwrites every tensor with root's values, in place (under NoGradGuard).
-// Collective: every rank calls it with the same names. The module overload
-// covers parameters and buffers (BatchNorm running statistics).
+// Collective: every rank (of process_set) calls it with the same names. The
+// module overload covers parameters and buffers (BatchNorm running
+// statistics).
 void broadcast_parameters(const NamedTensors& tensors, int root = 0,
-                          Context& ctx = default_context());
+                          Context& ctx = default_context(), ProcessSet process_set = {});
 void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& tensors,
-                          int root = 0, Context& ctx = default_context());
+                          int root = 0, Context& ctx = default_context(),
+                          ProcessSet process_set = {});
 void broadcast_parameters(const ::torch::nn::Module& module, int root = 0,
-                          Context& ctx = default_context());
+                          Context& ctx = default_context(), ProcessSet process_set = {});
 
 // Makes the optimizer's per-parameter state (Adam exp_avg/exp_avg_sq/
 // max_exp_avg_sq/step, SGD momentum_buffer, RMSprop square_avg, Adagrad
 // sum/step, ...) and its param-group options (lr, betas, momentum,
 // weight_decay, ...) equal to root's, also on ranks whose state is still
 // empty. Every rank's optimizer must be the same type over the same
-// parameter layout. Collective.
+// parameter layout. Collective (over process_set).
 void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root = 0,
-                               Context& ctx = default_context());
+                               Context& ctx = default_context(),
+                               ProcessSet process_set = {});
 
 // ---- DistributedOptimizer -----------------------------------------------------
 
@@ -340,6 +441,9 @@ struct DistributedOptimizerOptions {
   // by the size for Average), leaving an uncoalesced sparse gradient. With
   // sparse_as_dense they are reduced as dense tensors and made sparse again.
   bool sparse_as_dense = false;
+  // Gradients are reduced among this set's ranks. On ranks outside it the
+  // optimizer steps on local gradients (as Horovod's does).
+  ProcessSet process_set;
 };
 
 // Wraps a LibTorch optimizer so gradients are averaged over ranks.

@@ -9,6 +9,7 @@
 
 Run N copies with ``kolorun -np N python script.py``.
 """
+import sys as _sys
 import warnings as _warnings
 
 from kolo import _kolo
@@ -43,6 +44,10 @@ from kolo.torch.ops import (  # noqa: F401
     Sum,
     allgather,
     allgather_async,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
     allreduce,
     allreduce_,
     allreduce_async,
@@ -67,6 +72,13 @@ from kolo.torch.ops import (  # noqa: F401
 from kolo.torch.optimizer import DistributedOptimizer  # noqa: F401
 from kolo.torch.sparse import sparse_allreduce_async  # noqa: F401
 from kolo.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from kolo.torch.process_sets import (  # noqa: F401
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+from kolo.torch import process_sets as _process_sets
 
 __version__ = _kolo.build_info()["version"]
 
@@ -78,15 +90,47 @@ _BUILD = _kolo.build_info()
 
 def init(comm=None, process_sets=None):
     """Joins the job started by kolorun (or torchrun, mpirun, Slurm; no
-    launcher: a job of size 1). comm and process_sets are Horovod arguments
-    kolo does not support; they must be left at None."""
+    launcher: a job of size 1).
+
+    process_sets: ProcessSet objects (or lists of ranks) to create now, the
+    same on every rank; they get ids 1, 2, ... in this order. "dynamic" is
+    accepted for Horovod compatibility: kolo always allows
+    add_process_set/remove_process_set. comm (an MPI communicator) is not
+    supported. Calling init() again while initialized does nothing (as in
+    Horovod); shutdown() first to start a new engine."""
     if comm is not None:
         raise NotImplementedError(
             "kolo.torch.init(comm=...): kolo does not run on an existing mpi4py communicator; "
             "start the job with `kolorun --mpi -np N` (or mpirun) and call init() without comm")
-    if process_sets is not None:
-        raise NotImplementedError("kolo.torch.init: process_sets= is not supported yet")
-    _kolo.init()
+    static = _process_sets._static_ranks(process_sets)
+    if _kolo.is_initialized():
+        # Horovod programs call init() again (its test suites do in every
+        # test): a no-op, except that sets named here must exist already.
+        _process_sets._adopt(static)
+        return
+    _kolo.init([ps.ranks for ps in static])
+    _process_sets._setup(static)
+    _install_excepthook()
+
+
+def _install_excepthook():
+    """An uncaught exception on this rank reaches the other ranks as this
+    rank's error ("rank R failed: ValueError: ..."), instead of a bare
+    "rank R shut down" while they wait for it."""
+    if getattr(_sys.excepthook, "_kolo", False):
+        return
+    previous = _sys.excepthook
+
+    def hook(kind, value, traceback):
+        try:
+            if _kolo.is_initialized():
+                _kolo.abort("%s: %s" % (kind.__name__, value))
+        except Exception:  # the engine may be gone already
+            pass
+        previous(kind, value, traceback)
+
+    hook._kolo = True
+    _sys.excepthook = hook
 
 
 def shutdown():
@@ -118,7 +162,8 @@ def mpi_built():
 
 
 def nccl_built():
-    return _BUILD["nccl"]
+    """The NCCL version kolo was built with (e.g. 22809), 0 without NCCL."""
+    return int(_BUILD["nccl_version"])
 
 
 def cuda_built():

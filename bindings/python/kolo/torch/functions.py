@@ -6,7 +6,7 @@ import torch
 
 from kolo import _kolo
 from kolo.torch import ops
-from kolo.torch._global_only import require_global
+from kolo.torch.process_sets import _id, global_process_set
 
 try:  # Horovod pickles objects with cloudpickle (lambdas, local classes)
     import cloudpickle as _pickler
@@ -34,13 +34,12 @@ def _named_tensors(params):
     return out
 
 
-def broadcast_parameters(params, root_rank, prefix=None, process_set=None):
+def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
     """Overwrites every tensor of params with root_rank's, in place.
 
     params: a state_dict (parameters and buffers), named_parameters() or a
     list of tensors. Collective: every rank passes the same names.
     """
-    require_global(process_set, "kolo.torch.broadcast_parameters")
     named = _named_tensors(params)
     if prefix:
         named = [(prefix + n, t) for n, t in named]
@@ -50,30 +49,30 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=None):
             raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (n, type(t)))
         tensors.append((n, t.data))
     with torch.no_grad():
-        _kolo.broadcast_parameters(tensors, root_rank)
+        _kolo.broadcast_parameters(tensors, root_rank, _id(process_set))
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's obj (pickled, with cloudpickle when it is installed) on
     every rank; other ranks' obj is ignored, and root gets its own obj back
     (as in Horovod). Unnamed calls take the next generated name, so they must
     come in the same order on every rank."""
-    require_global(process_set, "kolo.torch.broadcast_object")
     is_root = _kolo.rank() == root_rank
     received = _kolo.broadcast_object_bytes(_dumps(obj) if is_root else b"", root_rank,
-                                            "" if name is None else name)
+                                            "" if name is None else name, _id(process_set))
     return obj if is_root else pickle.load(io.BytesIO(received))
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's obj (pickled, with cloudpickle when it is
     installed), in rank order."""
-    require_global(process_set, "kolo.torch.allgather_object")
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-    base = name if name is not None else _kolo.next_name("allgather_object")
+    base = name if name is not None else _kolo.next_name("allgather_object", _id(process_set))
     sizes = ops.synchronize(ops.allgather_async(
-        torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes"))
-    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data"))
+        torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes",
+        process_set=process_set))
+    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data",
+                                               process_set=process_set))
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.load(io.BytesIO(data[offset:offset + n].numpy().tobytes())))
@@ -130,7 +129,7 @@ def _fill_tensors(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes optimizer's state and param-group options (lr, betas, ...) equal
     to root_rank's, also on ranks whose optimizer never stepped.
 
@@ -143,7 +142,6 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
     SparseAdam). model is accepted for Horovod compatibility.
     """
     del model
-    require_global(process_set, "kolo.torch.broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:
@@ -155,16 +153,17 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
                         if isinstance(optimizer, torch.optim.SparseAdam):
                             p.grad = p.grad.to_sparse()
     is_root = _kolo.rank() == root_rank
-    base = _kolo.next_name("broadcast")
+    base = _kolo.next_name("broadcast", _id(process_set))
     local = []
     layout = _strip_tensors(optimizer.state_dict(), local) if is_root else None
-    layout = broadcast_object(layout, root_rank, name=base + ".layout")
+    layout = broadcast_object(layout, root_rank, name=base + ".layout", process_set=process_set)
     if is_root:
         tensors = local
     else:
         slots = sorted(_slots(layout, []), key=lambda s: s.index)
         tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
-    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i))
+    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i),
+                                    process_set=process_set)
                for i, t in enumerate(tensors)]
     for h in handles:
         ops.synchronize(h)

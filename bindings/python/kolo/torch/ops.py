@@ -3,12 +3,16 @@
 Every operation goes to the C++ engine through the LibTorch adapter
 (``kolo._kolo``); this module only adapts arguments, wraps handles and adds
 autograd. Ranks match operations by name: an unnamed operation gets the
-adapter's next generated name (``noname.<op>.<n>``), so unnamed operations
-must be issued in the same order on every rank.
+adapter's next generated name (``noname.<op>.<n>``, counted per process
+set), so unnamed operations must be issued in the same order on every rank.
+
+Every operation takes ``process_set=`` (default: every rank) and then runs
+among that set's ranks only; ``root_rank`` is a rank of the job.
 
 The blocking, out-of-place operations (allreduce, grouped_allreduce,
-allgather, broadcast, alltoall, reducescatter) are differentiable; the
-in-place and asynchronous ones are not.
+allgather, grouped_allgather, broadcast, alltoall, reducescatter,
+grouped_reducescatter) are differentiable, with horovod.torch's gradient
+conventions; the in-place and asynchronous ones are not.
 """
 import warnings
 
@@ -16,6 +20,7 @@ import torch
 
 from kolo import _kolo
 from kolo.torch.compression import Compression
+from kolo.torch.process_sets import _id, global_process_set
 
 ReduceOp = _kolo.ReduceOp
 Average = ReduceOp.Average
@@ -40,10 +45,22 @@ def _resolve_op(op, average):
         return Average if average else Sum
     if op is None:
         return Average
+    return _check_op(op)
+
+
+def _check_op(op):
     if not isinstance(op, ReduceOp):
         raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product, "
                          "Adasum; got %r" % (op,))
     return op
+
+
+def _set_size(process_set):
+    return len(_kolo.process_set_ranks(_id(process_set)))
+
+
+def _set_rank(process_set):
+    return _kolo.process_set_ranks(_id(process_set)).index(_kolo.rank())
 
 
 class Handle:
@@ -77,6 +94,10 @@ def _single(outputs, _handles):
     return outputs[0]
 
 
+def _listed(outputs, _handles):
+    return list(outputs)
+
+
 def poll(handle):
     """True when the operation behind handle has finished."""
     return handle.poll()
@@ -87,41 +108,53 @@ def synchronize(handle):
     return handle.wait()
 
 
+def _copy_back(tensors):
+    """finish() of in-place grouped operations: results into the inputs."""
+    def finish(outputs, _h):
+        with torch.no_grad():
+            for target, out in zip(tensors, outputs):
+                if out is not target:
+                    target.copy_(out)
+        return tensors
+    return finish
+
+
 # ---- allreduce ----------------------------------------------------------------
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0):
+                    postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
     return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
-                                         postscale_factor, False)], _single)
+                                         postscale_factor, False, _id(process_set))], _single)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0):
+                     postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
     return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
-                                         postscale_factor, True)], _single)
+                                         postscale_factor, True, _id(process_set))], _single)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0):
+               postscale_factor=1.0, process_set=global_process_set):
     """In-place allreduce; returns tensor. Not differentiable."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
-def _grad_name(name):
-    return None if name is None else "%s.grad" % name
+def _grad_name(name, suffix="grad"):
+    return None if name is None else "%s.%s" % (name, suffix)
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale, postscale):
-        ctx.op, ctx.name, ctx.scales = op, name, (prescale, postscale)
+    def forward(ctx, tensor, op, name, prescale, postscale, process_set):
+        ctx.op, ctx.name, ctx.scales, ctx.process_set = op, name, (prescale, postscale), process_set
         result = synchronize(allreduce_async(tensor, name=name, op=op,
                                              prescale_factor=prescale,
-                                             postscale_factor=postscale))
+                                             postscale_factor=postscale,
+                                             process_set=process_set))
         if op in (Min, Max):
             ctx.save_for_backward(tensor, result)
         return result
@@ -129,35 +162,37 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         prescale, postscale = ctx.scales
+        ps = ctx.process_set
         if ctx.op in (Sum, Average, Adasum):
             # d(post * reduce(pre * x)) / dx_r: the same reduction of the grads
             # (Adasum: Horovod's convention, the Adasum of the grads).
-            g = allreduce(grad, name=_grad_name(ctx.name), op=ctx.op,
-                          prescale_factor=prescale, postscale_factor=postscale)
+            g = allreduce(grad.contiguous(), name=_grad_name(ctx.name), op=ctx.op,
+                          prescale_factor=prescale, postscale_factor=postscale, process_set=ps)
         elif ctx.op in (Min, Max) and prescale == 1.0 and postscale == 1.0:
             # Subgradient: the ranks holding the extremum share the gradient.
             tensor, result = ctx.saved_tensors
             mask = (tensor == result).to(grad.dtype)
-            total = allreduce(grad, name=_grad_name(ctx.name), op=Sum)
-            ties = allreduce(mask, name=None if ctx.name is None else ctx.name + ".ties",
-                             op=Sum)
+            total = allreduce(grad.contiguous(), name=_grad_name(ctx.name), op=Sum,
+                              process_set=ps)
+            ties = allreduce(mask, name=_grad_name(ctx.name, "ties"), op=Sum, process_set=ps)
             g = total * mask / ties.clamp(min=1)
         else:
             raise NotImplementedError(
                 "kolo.torch.allreduce: no gradient for op=%s with these scale factors" % ctx.op)
-        return g, None, None, None, None
+        return g, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces tensor over all ranks (default: Average); returns a new tensor.
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces tensor over the ranks of process_set (default: all; op
+    default: Average); returns a new tensor.
 
     Differentiable: the gradient is the same reduction of the gradients
     (Min/Max: shared among the ranks that hold the extremum).
     """
     op = _resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
-    out = _Allreduce.apply(compressed, op, name, prescale_factor, postscale_factor)
+    out = _Allreduce.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, cctx)
 
 
@@ -165,42 +200,36 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0):
+                            postscale_factor=1.0, process_set=global_process_set):
     """One handle for the group; synchronize() returns the list of results."""
     op = _resolve_op(op, average)
     handles = _kolo.grouped_allreduce_async(list(tensors), op, _name(name), prescale_factor,
-                                            postscale_factor)
-    return Handle(handles, lambda outputs, _h: list(outputs))
+                                            postscale_factor, _id(process_set))
+    return Handle(handles, _listed)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0):
+                             postscale_factor=1.0, process_set=global_process_set):
     tensors = list(tensors)
     op = _resolve_op(op, average)
     handles = _kolo.grouped_allreduce_async(tensors, op, _name(name), prescale_factor,
-                                            postscale_factor)
-
-    def finish(outputs, _h):
-        with torch.no_grad():
-            for target, out in zip(tensors, outputs):
-                target.copy_(out)
-        return tensors
-
-    return Handle(handles, finish)
+                                            postscale_factor, _id(process_set))
+    return Handle(handles, _copy_back(tensors))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0):
+                       postscale_factor=1.0, process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op, name, prescale, postscale, *tensors):
-        ctx.op, ctx.name, ctx.scales = op, name, (prescale, postscale)
+    def forward(ctx, op, name, prescale, postscale, process_set, *tensors):
+        ctx.op, ctx.name, ctx.scales, ctx.process_set = op, name, (prescale, postscale), process_set
         return tuple(synchronize(grouped_allreduce_async(
-            tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale)))
+            tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
+            process_set=process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -210,16 +239,16 @@ class _GroupedAllreduce(torch.autograd.Function):
         prescale, postscale = ctx.scales
         g = synchronize(grouped_allreduce_async(
             [x.contiguous() for x in grads], name=_grad_name(ctx.name), op=ctx.op,
-            prescale_factor=prescale, postscale_factor=postscale))
-        return (None, None, None, None) + tuple(g)
+            prescale_factor=prescale, postscale_factor=postscale, process_set=ctx.process_set))
+        return (None, None, None, None, None) + tuple(g)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0):
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduces a list of tensors, negotiated and fused as one unit."""
     op = _resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduce.apply(op, name, prescale_factor, postscale_factor,
+    outs = _GroupedAllreduce.apply(op, name, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
@@ -227,71 +256,123 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 # ---- allgather --------------------------------------------------------------------
 
 
-def allgather_async(tensor, name=None):
-    return Handle([_kolo.allgather_async(tensor, _name(name))], _single)
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return Handle([_kolo.allgather_async(tensor, _name(name), _id(process_set))], _single)
+
+
+def _allgather_grad(grads, rows, name, process_set):
+    """horovod.torch's allgather gradient: the average over the set of the
+    output gradients, this rank's rows of it. rows[i]: rows each rank of
+    the set contributed to output i (recorded by the forward)."""
+    averaged = synchronize(grouped_allreduce_async(
+        [g.contiguous() for g in grads], name=_grad_name(name), op=Average,
+        process_set=process_set)) if len(grads) > 1 else [
+        allreduce(grads[0].contiguous(), name=_grad_name(name), op=Average,
+                  process_set=process_set)]
+    me = _set_rank(process_set)
+    out = []
+    for g, r in zip(averaged, rows):
+        offset = sum(r[:me])
+        out.append(g.narrow(0, offset, r[me]))
+    return out
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        ctx.name, ctx.rows = name, tensor.shape[0] if tensor.dim() > 0 else 1
-        return synchronize(allgather_async(tensor, name=name))
+    def forward(ctx, tensor, name, process_set):
+        handle = _kolo.allgather_async(tensor, _name(name), _id(process_set))
+        out = handle.wait()
+        ctx.name, ctx.process_set = name, process_set
+        ctx.rows = [list(handle.received_splits())]
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        total = allreduce(grad, name=_grad_name(ctx.name), op=Sum)
-        rows = synchronize(allgather_async(
-            torch.tensor([ctx.rows], dtype=torch.int64),
-            name=None if ctx.name is None else ctx.name + ".rows"))
-        offset = int(rows[:_kolo.rank()].sum())
-        return total.narrow(0, offset, ctx.rows), None
+        g, = _allgather_grad([grad], ctx.rows, ctx.name, ctx.process_set)
+        return g, None, None
 
 
-def allgather(tensor, name=None):
-    """Concatenates every rank's tensor along dim 0 (first dim may differ).
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along dim 0 (first dim may differ),
+    in the set's rank order.
 
-    Differentiable: the gradient is this rank's rows of the summed gradient.
+    Differentiable (horovod.torch's convention): the gradient is this rank's
+    rows of the average of the output gradients over the set.
     """
-    return _Allgather.apply(tensor, name)
+    return _Allgather.apply(tensor, name, process_set)
+
+
+# ---- grouped allgather ------------------------------------------------------------
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """One handle for the group; synchronize() returns the list of results."""
+    handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _id(process_set))
+    return Handle(handles, _listed)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _id(process_set))
+        outs = [h.wait() for h in handles]
+        ctx.name, ctx.process_set = name, process_set
+        ctx.rows = [list(h.received_splits()) for h in handles]
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None) + tuple(_allgather_grad(list(grads), ctx.rows, ctx.name,
+                                                    ctx.process_set))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgathers a list of tensors, negotiated as one unit. Differentiable
+    like allgather, element-wise."""
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ---- broadcast ----------------------------------------------------------------------
 
 
-def broadcast_async(tensor, root_rank, name=None):
-    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), False)], _single)
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), False,
+                                         _id(process_set))], _single)
 
 
-def broadcast_async_(tensor, root_rank, name=None):
-    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), True)], _single)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), True,
+                                         _id(process_set))], _single)
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns tensor. Not differentiable."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root, ctx.name = root_rank, name
-        return synchronize(broadcast_async(tensor, root_rank, name=name))
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root, ctx.name, ctx.process_set = root_rank, name, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name=name,
+                                           process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        g = allreduce(grad, name=_grad_name(ctx.name), op=Sum)
+        g = allreduce(grad.contiguous(), name=_grad_name(ctx.name), op=Average,
+                      process_set=ctx.process_set)
         if _kolo.rank() != ctx.root:
             g = torch.zeros_like(g)
-        return g, None, None
+        return g, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None):
-    """root_rank's tensor on every rank, as a new tensor.
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor on every rank of the set, as a new tensor.
 
-    Differentiable: root receives the sum of all ranks' gradients, the
-    other ranks zeros.
+    Differentiable (horovod.torch's convention): root receives the average
+    of the set's output gradients, the other ranks zeros.
     """
-    return _Broadcast.apply(tensor, root_rank, name)
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 # ---- alltoall -------------------------------------------------------------------------
@@ -310,87 +391,141 @@ def _alltoall_finish(outputs, handles):
     return outputs[0], splits
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """synchronize() returns (tensor, received_splits)."""
-    return Handle([_kolo.alltoall_async(tensor, _splits_list(splits), _name(name))],
-                  _alltoall_finish)
+    return Handle([_kolo.alltoall_async(tensor, _splits_list(splits), _name(name),
+                                        _id(process_set))], _alltoall_finish)
 
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, received = synchronize(alltoall_async(tensor, splits, name=name))
-        ctx.name, ctx.received = name, received
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(alltoall_async(tensor, splits, name=name,
+                                                   process_set=process_set))
+        ctx.name, ctx.received, ctx.process_set = name, received, process_set
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad, _grad_splits):
         g, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received,
-                                          name=_grad_name(ctx.name)))
-        return g, None, None
+                                          name=_grad_name(ctx.name),
+                                          process_set=ctx.process_set))
+        return g, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None):
-    """Sends splits[j] rows (dim 0) to rank j (None: an even split).
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[j] rows (dim 0) to the set's rank j (None: an even split).
 
-    Returns the rows received, in rank order; with splits given, returns
-    (tensor, received_splits) like horovod.torch. Differentiable.
+    Returns the rows received, in the set's rank order; with splits given,
+    returns (tensor, received_splits) like horovod.torch. Differentiable:
+    the gradient is an alltoall back with the received splits.
     """
-    out, received = _Alltoall.apply(tensor, splits, name)
+    out, received = _Alltoall.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
 
 # ---- reducescatter ----------------------------------------------------------------------
 
 
-def reducescatter_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
-    op = _resolve_op(op, average)
-    return Handle([_kolo.reducescatter_async(tensor, op, _name(name), prescale_factor,
-                                             postscale_factor)], _single)
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set):
+    return Handle([_kolo.reducescatter_async(tensor, _check_op(op), _name(name),
+                                             prescale_factor, postscale_factor,
+                                             _id(process_set))], _single)
+
+
+def _reducescatter_grad(grads, op, scales, name, process_set):
+    """horovod.torch's reducescatter gradient: an allgather of the output
+    gradients, times the set size for Sum, times the scale factors."""
+    if op not in (Sum, Average):
+        raise NotImplementedError("kolo.torch.reducescatter: gradient only for Sum and Average")
+    factor = scales[0] * scales[1] * (_set_size(process_set) if op == Sum else 1)
+    scaled = [g.contiguous() * factor if factor != 1.0 else g.contiguous() for g in grads]
+    if len(scaled) == 1:
+        return [synchronize(allgather_async(scaled[0], name=_grad_name(name),
+                                            process_set=process_set))]
+    return synchronize(grouped_allgather_async(scaled, name=_grad_name(name),
+                                               process_set=process_set))
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale, postscale):
-        ctx.op, ctx.name = op, name
-        ctx.scale = prescale * postscale / (_kolo.size() if op == Average else 1)
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.op, ctx.name, ctx.scales, ctx.process_set = op, name, (prescale, postscale), process_set
         return synchronize(reducescatter_async(tensor, name=name, op=op,
                                                prescale_factor=prescale,
-                                               postscale_factor=postscale))
+                                               postscale_factor=postscale,
+                                               process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        if ctx.op not in (Sum, Average):
-            raise NotImplementedError(
-                "kolo.torch.reducescatter: gradient only for Sum and Average")
-        g = synchronize(allgather_async(grad.contiguous(), name=_grad_name(ctx.name)))
-        return g * ctx.scale, None, None, None, None
+        g, = _reducescatter_grad([grad], ctx.op, ctx.scales, ctx.name, ctx.process_set)
+        return g, None, None, None, None, None
 
 
-def reducescatter(tensor, average=None, name=None, compression=Compression.none, op=None,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over ranks (default Average) and returns this rank's rows of
-    dim 0 (split as evenly as possible, the first ranks taking the rest).
-    Differentiable (Sum and Average)."""
-    op = _resolve_op(op, average)
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces over the set's ranks (default Average) and returns this rank's
+    rows of dim 0 (split as evenly as possible, the first ranks taking the
+    rest). Differentiable (Sum and Average)."""
     compressed, cctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, op, name, prescale_factor, postscale_factor)
+    out = _Reducescatter.apply(compressed, name, _check_op(op), prescale_factor,
+                               postscale_factor, process_set)
     return compression.decompress(out, cctx)
+
+
+# ---- grouped reducescatter ----------------------------------------------------------------
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=global_process_set):
+    """One handle for the group; synchronize() returns the list of results."""
+    handles = _kolo.grouped_reducescatter_async(list(tensors), _check_op(op), _name(name),
+                                                prescale_factor, postscale_factor,
+                                                _id(process_set))
+    return Handle(handles, _listed)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.op, ctx.name, ctx.scales, ctx.process_set = op, name, (prescale, postscale), process_set
+        return tuple(synchronize(grouped_reducescatter_async(
+            tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
+            process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, None, None, None) + tuple(
+            _reducescatter_grad(list(grads), ctx.op, ctx.scales, ctx.name, ctx.process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
+    """Reducescatters a list of tensors, negotiated as one unit.
+    Differentiable like reducescatter, element-wise."""
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatter.apply(name, _check_op(op), prescale_factor, postscale_factor,
+                                       process_set, *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
 # ---- control --------------------------------------------------------------------------------
 
 
-def join(device=-1):
-    """This rank has no more data: until every rank joined, it takes part in
-    allreduce (with zeros), allgather (no rows) and broadcast. Returns the
-    last rank to join. device is accepted for Horovod compatibility."""
+def join(device=-1, process_set=global_process_set):
+    """This rank has no more data: until every rank (of process_set) joined,
+    it takes part in the set's operations with a neutral contribution:
+    zeros for allreduce and reducescatter sums (the identity of Min, Max,
+    Product), no rows for allgather and alltoall, and it receives
+    broadcasts. Returns the last rank to join. device is accepted for
+    Horovod compatibility (kolo needs no device for it)."""
     del device
-    return _kolo.join()
+    return _kolo.join(_id(process_set))
 
 
-def barrier():
-    """Returns once every rank reached the barrier."""
-    _kolo.barrier()
+def barrier(process_set=global_process_set):
+    """Returns once every rank of process_set reached the barrier."""
+    _kolo.barrier(_id(process_set))

@@ -5,9 +5,9 @@ import warnings
 import torch
 
 from kolo import _kolo
-from kolo.torch._global_only import require_global
 from kolo.torch.compression import Compression
 from kolo.torch.ops import Adasum, Average, Sum
+from kolo.torch.process_sets import _id, global_process_set
 from kolo.torch.sparse import sparse_allreduce_async
 
 _GRAD_PREFIX = "grad."
@@ -28,7 +28,7 @@ class _DistributedMixin:
     """
 
     def _kolo_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                    gradient_predivide_factor, groups, sparse_as_dense):
+                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
         if op not in (Average, Sum, Adasum):
             raise ValueError("DistributedOptimizer: op must be kolo.torch.Average, Sum or "
                              "Adasum, got %s" % (op,))
@@ -70,9 +70,15 @@ class _DistributedMixin:
         self._kolo_compression = compression
         self._kolo_passes = backward_passes_per_step
         self._kolo_op = op
+        # Gradients are reduced among the set's ranks; outside it the
+        # optimizer steps on local gradients (as Horovod's does).
+        self._kolo_process_set = process_set
+        self._kolo_set = _id(process_set)
+        set_ranks = _kolo.process_set_ranks(self._kolo_set)
+        self._kolo_member = _kolo.rank() in set_ranks
         # Horovod's delta optimizer; on one rank Horovod uses the ordinary
         # optimizer (an Adasum of one tensor is that tensor).
-        self._kolo_delta = op == Adasum and _kolo.size() > 1
+        self._kolo_delta = op == Adasum and len(set_ranks) > 1 and self._kolo_member
         if op == Average:
             self._kolo_scales = (1.0 / gradient_predivide_factor, gradient_predivide_factor)
         else:
@@ -84,7 +90,7 @@ class _DistributedMixin:
         self._kolo_synchronized = False
         self._kolo_setup_groups(groups)
         self._kolo_grad_accs = []
-        for p in self._kolo_params:
+        for p in (self._kolo_params if self._kolo_member else []):
             # The AccumulateGrad node of p: its post-hook runs once p.grad
             # holds this backward's contribution.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -167,7 +173,8 @@ class _DistributedMixin:
             for p, g in zip(params, grads):
                 if g.is_sparse:
                     op = Sum if self._kolo_op == Adasum else self._kolo_op  # one rank: identity
-                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=op)
+                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=op,
+                                                    process_set=self._kolo_process_set)
                     self._kolo_inflight[p] = (handle, None, g)
                 else:
                     dense.append(p)
@@ -180,11 +187,11 @@ class _DistributedMixin:
         if group is None:
             (p,), (sent, cctx) = params, pairs[0]
             handle = _kolo.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre, post,
-                                           True)
+                                           True, self._kolo_set)
             self._kolo_inflight[p] = (handle, cctx, sent)
         else:
             handles = _kolo.grouped_allreduce_async([s for s, _ in pairs], self._kolo_op,
-                                                    group["name"], pre, post)
+                                                    group["name"], pre, post, self._kolo_set)
             for p, h, (sent, cctx) in zip(params, handles, pairs):
                 self._kolo_inflight[p] = (h, cctx, sent)
             group["submitted"] = True
@@ -195,6 +202,9 @@ class _DistributedMixin:
         p.grad. A second call without new gradients is a no-op. With
         op=Adasum it does nothing: step() reduces the update."""
         if self._kolo_delta:
+            return
+        if not self._kolo_member:
+            self._kolo_synchronized = True
             return
         for p in self._kolo_params:
             if p in self._kolo_inflight:
@@ -263,7 +273,7 @@ class _DistributedMixin:
                 delta, cctx = self._kolo_compression.compress(p.detach() - p0)
                 delta = delta.contiguous()
                 inflight.append((_kolo.allreduce_async(delta, Adasum, self._kolo_names[p], 1.0,
-                                                       1.0, True), cctx, delta))
+                                                       1.0, True, self._kolo_set), cctx, delta))
         error = None
         for p, p0, (handle, cctx, _) in zip(self._kolo_params, start, inflight):
             try:
@@ -355,7 +365,8 @@ class _DistributedMixin:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
     """Wraps a torch.optim optimizer so that gradients are reduced over ranks.
 
     Returns an optimizer of the same class (isinstance holds) sharing the
@@ -372,9 +383,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     groups, or lists of parameters, reduced as units (num_groups is its
     deprecated spelling). Sparse gradients (nn.Embedding(sparse=True)) are
     reduced by allgather of their indices and values, or as dense tensors
-    with sparse_as_dense=True. process_set: only the global set for now.
+    with sparse_as_dense=True. process_set: the ranks that reduce gradients
+    together; on other ranks the optimizer steps on local gradients.
     """
-    require_global(process_set, "kolo.torch.DistributedOptimizer")
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError("the optimizer is already a kolo.torch.DistributedOptimizer")
     if isinstance(optimizer, torch.optim.LBFGS):
@@ -394,5 +405,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             getattr(wrapped, patch)()
             break
     wrapped._kolo_setup(named_parameters, compression, backward_passes_per_step, op,
-                        gradient_predivide_factor, groups, sparse_as_dense)
+                        gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped

@@ -9,7 +9,7 @@ import torch
 
 from kolo import _kolo
 from kolo.torch import ops
-from kolo.torch._global_only import require_global
+from kolo.torch.process_sets import _id, global_process_set
 
 
 class SparseHandle:
@@ -43,12 +43,11 @@ class SparseHandle:
     __call__ = wait
 
 
-def sparse_allreduce_async(tensor, name=None, op=None, process_set=None):
+def sparse_allreduce_async(tensor, name=None, op=None, process_set=global_process_set):
     """Starts the reduction of a sparse COO tensor over all ranks (op Average,
     the default, or Sum) through two allgathers named ``<name>.indices`` and
-    ``<name>.values``; returns a SparseHandle. The number of nonzero entries
-    may differ between ranks."""
-    require_global(process_set, "kolo.torch.sparse_allreduce_async")
+    ``<name>.values`` among the ranks of process_set; returns a SparseHandle.
+    The number of nonzero entries may differ between ranks."""
     if op is None:
         op = ops.Average
     if op not in (ops.Average, ops.Sum):
@@ -56,10 +55,11 @@ def sparse_allreduce_async(tensor, name=None, op=None, process_set=None):
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise ValueError("sparse_allreduce_async needs a sparse COO tensor (tensor.is_sparse); "
                          "use allreduce_async for dense tensors")
-    base = _kolo.next_name("sparse_allreduce") if name is None else str(name)
+    base = _kolo.next_name("sparse_allreduce", _id(process_set)) if name is None else str(name)
     # allgather concatenates along dim 0: indices travel as (nnz, sparse_dims).
     indices = ops.allgather_async(tensor._indices().transpose(0, 1).contiguous(),
-                                  name=base + ".indices")
-    values = ops.allgather_async(tensor._values().contiguous(), name=base + ".values")
-    divisor = _kolo.size() if op == ops.Average else 1
+                                  name=base + ".indices", process_set=process_set)
+    values = ops.allgather_async(tensor._values().contiguous(), name=base + ".values",
+                                 process_set=process_set)
+    divisor = len(_kolo.process_set_ranks(_id(process_set))) if op == ops.Average else 1
     return SparseHandle(tensor, indices, values, divisor)

@@ -16,6 +16,9 @@ using Clock = std::chrono::steady_clock;
 // poll yields the core (ranks often share few cores with other work).
 constexpr int kPollsPerClockCheck = 64;
 constexpr int kBusyPolls = 2000;
+// Tag of MPI_Comm_create_group for process sets (sets are created one at a
+// time, in the same order by every member).
+constexpr int kProcessSetTag = 7161;
 
 }  // namespace
 
@@ -46,11 +49,42 @@ std::unique_ptr<Context> Context::create(const BackendArgs& args, const char* ro
   const auto timeout = args.config.timeout;
   KOLO_CHECK_ARG(timeout.count() > 0, "mpi: timeout must be positive");
   RuntimeUse runtime;  // initialises MPI if nobody has
+  int worldRank = 0, worldSize = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  const std::vector<int>& members = args.worldRanks;
   MPI_Comm base = MPI_COMM_SELF;
-  if (id.size > 1) {
-    int worldRank = 0, worldSize = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
-    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  MPI_Comm group = MPI_COMM_NULL;  // a process set's communicator, freed below
+  if (!members.empty() && id.size > 1) {
+    // A process set: its members' communicator, created by them alone.
+    if (static_cast<int>(members.size()) != id.size || members[id.rank] != worldRank) {
+      throw InvalidArgument("mpi: process set member " + std::to_string(id.rank) + " of " +
+                            std::to_string(id.size) + " is not MPI_COMM_WORLD rank " +
+                            std::to_string(worldRank) + " (the MPI backend needs one kolo rank "
+                            "per MPI process, in MPI_COMM_WORLD order)");
+    }
+    for (int r : members) {
+      if (r < 0 || r >= worldSize) {
+        throw InvalidArgument("mpi: process set rank " + std::to_string(r) +
+                              " is outside MPI_COMM_WORLD (size " + std::to_string(worldSize) +
+                              ")");
+      }
+    }
+    MPI_Group world = MPI_GROUP_NULL, sub = MPI_GROUP_NULL;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_incl(world, id.size, members.data(), &sub);
+    // Collective over the members only; they all reach it at the same point
+    // of the job's order of process set changes.
+    const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, kProcessSetTag, &group);
+    MPI_Group_free(&sub);
+    MPI_Group_free(&world);
+    if (rc != MPI_SUCCESS) {
+      throw PeerFailure(std::string("mpi ") + role +
+                        " communicator of a process set: MPI_Comm_create_group failed: " +
+                        errorString(rc));
+    }
+    base = group;
+  } else if (id.size > 1) {
     if (worldRank != id.rank || worldSize != id.size) {
       throw InvalidArgument(
           "mpi: kolo's identity (rank " + std::to_string(id.rank) + " of " +
@@ -61,6 +95,12 @@ std::unique_ptr<Context> Context::create(const BackendArgs& args, const char* ro
     }
     base = MPI_COMM_WORLD;
   }
+  struct FreeGroup {
+    MPI_Comm& comm;
+    ~FreeGroup() {
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+  } freeGroup{group};
   const std::string what = std::string("mpi ") + role + " communicator (rank " +
                            std::to_string(id.rank) + " of " + std::to_string(id.size) + ")";
   MPI_Comm comm = MPI_COMM_NULL;

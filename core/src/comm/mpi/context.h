@@ -32,7 +32,9 @@ class Context {
   // (so a one-rank engine works inside any MPI job). A multi-rank identity
   // must equal this process's MPI_COMM_WORLD rank and size (InvalidArgument
   // otherwise). Collective over the world: every rank calls it in the same
-  // order. `role` names the context in messages ("control", "data").
+  // order. With args.worldRanks (a process set) it duplicates a communicator
+  // of those MPI_COMM_WORLD ranks instead, collective over them only.
+  // `role` names the context in messages ("control", "data").
   static std::unique_ptr<Context> create(const BackendArgs& args, const char* role);
 
   ~Context();

@@ -1,0 +1,195 @@
+#include "engine/process_set.h"
+
+#include <algorithm>
+
+#include "comm/select.h"
+#include "kolo/error.h"
+
+namespace kolo {
+namespace {
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+// The one place a data plane is built, for every process set (set 0
+// included), so that choosing another one is a change here only.
+std::unique_ptr<comm::Collectives> createDataPlane(const Config& config,
+                                                   const comm::BackendArgs& args) {
+  return comm::createCollectives(config.cpuOperations, args);
+}
+
+}  // namespace
+
+std::string processSetLabel(int id, const std::vector<int>& ranks) {
+  return "process set " + std::to_string(id) + " (ranks " + rankList(ranks) + ")";
+}
+
+std::vector<int> checkedProcessSetRanks(std::vector<int> ranks, int size, const char* what) {
+  if (ranks.empty()) throw InvalidArgument(std::string(what) + ": a process set needs ranks");
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size) {
+      throw InvalidArgument(std::string(what) + ": rank " + std::to_string(ranks[i]) +
+                            " is not a rank of this job (size " + std::to_string(size) + ")");
+    }
+    if (i > 0 && ranks[i] == ranks[i - 1]) {
+      throw InvalidArgument(std::string(what) + ": rank " + std::to_string(ranks[i]) +
+                            " is listed twice");
+    }
+  }
+  return ranks;
+}
+
+// ---- ProcessSetTable ----------------------------------------------------------
+
+void ProcessSetTable::add(int id, std::vector<int> ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_[id] = Entry{std::move(ranks), false};
+}
+
+void ProcessSetTable::remove(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.erase(id);
+}
+
+ProcessSetInfo ProcessSetTable::infoLocked(int id, const Entry& e) const {
+  ProcessSetInfo info;
+  info.id = id;
+  info.ranks = e.ranks;
+  auto it = std::lower_bound(e.ranks.begin(), e.ranks.end(), rank_);
+  if (it != e.ranks.end() && *it == rank_) info.rank = static_cast<int>(it - e.ranks.begin());
+  return info;
+}
+
+ProcessSetInfo ProcessSetTable::info(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw InvalidArgument("process set " + std::to_string(id) +
+                          " does not exist (never added, or removed)");
+  }
+  return infoLocked(id, it->second);
+}
+
+std::vector<ProcessSetInfo> ProcessSetTable::all() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ProcessSetInfo> out;
+  for (const auto& [id, e] : sets_) out.push_back(infoLocked(id, e));
+  return out;
+}
+
+int ProcessSetTable::find(const std::vector<int>& ranks) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : sets_) {
+    if (e.ranks == ranks) return id;
+  }
+  return -1;
+}
+
+ProcessSetInfo ProcessSetTable::memberOf(int id, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw InvalidArgument(what + ": process set " + std::to_string(id) +
+                          " does not exist (never added, or removed)");
+  }
+  ProcessSetInfo info = infoLocked(id, it->second);
+  if (!info.included()) {
+    throw InvalidArgument(what + ": this rank (" + std::to_string(rank_) +
+                          ") is not a member of " + processSetLabel(id, info.ranks) +
+                          "; only its members may run operations on it");
+  }
+  return info;
+}
+
+bool ProcessSetTable::joined(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  return it != sets_.end() && it->second.joined;
+}
+
+void ProcessSetTable::setJoined(int id, bool joined) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(id);
+  if (it != sets_.end()) it->second.joined = joined;
+}
+
+// ---- ProcessSetState ------------------------------------------------------------
+
+ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity identity_,
+                                 const Config& config)
+    : id(id_),
+      ranks(std::move(ranks_)),
+      identity(identity_),
+      label(id_ == 0 ? "" : processSetLabel(id_, ranks)),
+      cache(config.cacheCapacity),
+      stall(config, identity, ranks, label),
+      joined(ranks.size(), false) {}
+
+Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
+                            const std::vector<std::string>& hosts) {
+  Identity id;
+  id.size = static_cast<int>(ranks.size());
+  id.rank = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), job.rank) -
+                             ranks.begin());
+  auto hostOf = [&](int i) -> const std::string& { return hosts.at(ranks[i]); };
+  const std::string& mine = hostOf(id.rank);
+  std::vector<std::string> hostOrder;  // hosts in order of their first member
+  for (int i = 0; i < id.size; ++i) {
+    if (std::find(hostOrder.begin(), hostOrder.end(), hostOf(i)) == hostOrder.end()) {
+      hostOrder.push_back(hostOf(i));
+    }
+    if (hostOf(i) != mine) continue;
+    if (i < id.rank) ++id.localRank;
+    ++id.localSize;
+  }
+  // Cross rank: among the members with the same local rank, in rank order.
+  id.crossRank = 0;
+  id.crossSize = 0;
+  for (const std::string& host : hostOrder) {
+    int local = 0;
+    for (int i = 0; i < id.size; ++i) {
+      if (hostOf(i) != host) continue;
+      if (local++ != id.localRank) continue;
+      if (host == mine) id.crossRank = id.crossSize;
+      ++id.crossSize;
+    }
+  }
+  return id;
+}
+
+std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,
+                                                   std::vector<int> ranks) {
+  Identity identity = ctx.job;
+  std::shared_ptr<Store> store = ctx.store;
+  std::vector<int> worldRanks;
+  if (id != 0) {
+    identity = processSetIdentity(ctx.job, ranks, ctx.hosts);
+    store = std::make_shared<PrefixStore>("ps/" + std::to_string(id) + "/", ctx.store);
+    worldRanks = ranks;
+  }
+  auto set = std::make_unique<ProcessSetState>(id, std::move(ranks), identity, ctx.config);
+  comm::BackendArgs controlArgs{ctx.config, set->identity,
+                                std::make_shared<PrefixStore>("control/", store),
+                                ctx.localAddress, worldRanks};
+  comm::BackendArgs dataArgs{ctx.config, set->identity,
+                             std::make_shared<PrefixStore>("data/", store), ctx.localAddress,
+                             worldRanks};
+  try {
+    set->controller = std::make_unique<Controller>(
+        ctx.config, set->identity, comm::createControlChannel(ctx.config.controller, controlArgs),
+        set->cache, set->stats, ctx.tunables, set->ranks, set->label);
+    set->executor =
+        std::make_unique<Executor>(set->identity, createDataPlane(ctx.config, dataArgs), set->stats);
+  } catch (const Timeout& e) {
+    throw Timeout(set->prefixed(e.what()));
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(set->prefixed(e.what()));
+  }
+  return set;
+}
+
+}  // namespace kolo

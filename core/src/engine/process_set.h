@@ -1,0 +1,117 @@
+// Process sets inside the engine: the registry every thread reads
+// (ProcessSetTable) and the state of one set on the loop thread
+// (ProcessSetState). See kolo/engine.h for what a process set is.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/pending.h"
+#include "execution/executor.h"
+#include "kolo/engine.h"
+#include "negotiation/controller.h"
+#include "negotiation/response_cache.h"
+#include "negotiation/stall_inspector.h"
+
+namespace kolo {
+
+// "process set 2 (ranks 0,2)".
+std::string processSetLabel(int id, const std::vector<int>& ranks);
+
+// ranks sorted, or InvalidArgument naming what is wrong (empty, out of
+// [0, size), duplicated). `what` starts the message ("add_process_set").
+std::vector<int> checkedProcessSetRanks(std::vector<int> ranks, int size, const char* what);
+
+// The process sets that exist, by id, and which of them this rank has
+// joined. Any thread; the loop adds and removes entries at the point of the
+// global response order where every rank does.
+class ProcessSetTable {
+ public:
+  explicit ProcessSetTable(int rank) : rank_(rank) {}
+
+  void add(int id, std::vector<int> ranks);
+  void remove(int id);
+
+  // InvalidArgument for unknown ids.
+  ProcessSetInfo info(int id) const;
+  std::vector<ProcessSetInfo> all() const;
+  // The id of the set with exactly these (sorted) ranks, or -1.
+  int find(const std::vector<int>& ranks) const;
+  // What an operation named `what` on set id runs in: InvalidArgument when
+  // the set does not exist or this rank is not a member.
+  ProcessSetInfo memberOf(int id, const std::string& what) const;
+
+  // join() called on the set and not completed yet.
+  bool joined(int id) const;
+  void setJoined(int id, bool joined);
+
+ private:
+  struct Entry {
+    std::vector<int> ranks;
+    bool joined = false;
+  };
+  ProcessSetInfo infoLocked(int id, const Entry& e) const;
+
+  const int rank_;
+  mutable std::mutex mu_;
+  std::map<int, Entry> sets_;
+};
+
+using PendingMap = std::unordered_map<std::string, PendingOp>;
+
+// One process set as this rank runs it (members only): its negotiation
+// (controller over its own control channel, response cache, stall
+// inspector, join state), its data plane (executor) and its pending
+// operations. Built by connectProcessSet; loop thread only afterwards.
+struct ProcessSetState {
+  int id = 0;
+  std::vector<int> ranks;  // job ranks, ascending
+  Identity identity;       // this rank's place in the set
+  std::string label;       // processSetLabel(); empty for set 0
+  EngineStats stats;       // this set's counters (loop thread)
+  ResponseCache cache;
+  std::unique_ptr<Controller> controller;
+  std::unique_ptr<Executor> executor;
+  StallInspector stall;
+  PendingMap pending;
+  std::vector<PendingOp> fresh;      // drained, admitted at the set's next cycle
+  std::vector<int> invalidBits;      // cache entries found stale since the last cycle
+  std::vector<int> evictedThisCycle;
+  std::vector<bool> joined;  // by set rank: joined since the set's last join completed
+
+  ProcessSetState(int id, std::vector<int> ranks, Identity identity, const Config& config);
+
+  // "op 'name'" errors of this set start with the label.
+  std::string prefixed(const std::string& message) const {
+    return label.empty() ? message : label + ": " + message;
+  }
+};
+
+// What connecting a set needs from the engine.
+struct ProcessSetContext {
+  const Config& config;
+  const Identity& job;
+  std::shared_ptr<Store> store;  // the engine generation's store
+  std::string localAddress;
+  const std::vector<std::string>& hosts;  // by job rank (empty while set 0 connects)
+  Tunables& tunables;
+};
+
+// This rank's place in a set: rank and size within ranks; local and cross
+// ranks among the members from the hosts of the job's ranks (hosts[r]:
+// where rank r runs).
+Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
+                            const std::vector<std::string>& hosts);
+
+// Connects the control channel and data plane of set id among its members;
+// every member calls this at the same point (set 0 and static sets in the
+// Engine constructor, added sets when set 0's response adds them). Blocks
+// until every member is connected (Timeout after config.timeout).
+std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,
+                                                   std::vector<int> ranks);
+
+}  // namespace kolo
