@@ -14,3 +14,26 @@ write_basic_package_version_file(
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/koloConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/koloConfigVersion.cmake
         DESTINATION ${KOLO_CMAKE_DIR})
+
+# RPATHs of everything installed (cmake/KoloInstall.cmake), set here, after
+# every target exists, so the policy lives in one place. KOLO_RUNTIME_DIRS:
+# where the external libraries a pip install relies on are (LibTorch's lib/,
+# the CUDA runtime and NCCL it loads).
+set(KOLO_RUNTIME_DIRS ${KOLO_TORCH_LIBRARY_DIR})
+set(libs ${KOLO_TORCH_LOADED_CUDART})
+if(KOLO_WITH_NCCL)
+  list(APPEND libs ${KOLO_NCCL_LIBRARY})
+endif()
+foreach(lib ${libs})
+  get_filename_component(dir ${lib} DIRECTORY)
+  list(APPEND KOLO_RUNTIME_DIRS ${dir})
+endforeach()
+list(REMOVE_DUPLICATES KOLO_RUNTIME_DIRS)
+kolo_install_rpath(kolo_core ${CMAKE_INSTALL_LIBDIR})
+kolo_install_rpath(kolorun ${CMAKE_INSTALL_BINDIR})
+if(TARGET kolo_torch)
+  kolo_install_rpath(kolo_torch ${CMAKE_INSTALL_LIBDIR})
+endif()
+if(TARGET kolo_python)
+  kolo_install_rpath(kolo_python ${KOLO_PYTHON_PACKAGE_INSTALL_DIR})
+endif()

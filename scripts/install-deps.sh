@@ -10,7 +10,7 @@ packages=(
   libfmt-dev libspdlog-dev libcli11-dev libeigen3-dev
   libgtest-dev libgmock-dev
   libtorch-dev python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
-  python3-cloudpickle
+  python3-cloudpickle python3-venv ccache
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist iproute2 procps
   clang libclang-rt-14-dev

@@ -1,23 +1,72 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kolo and runs the whole test suite:
-# the default build (every test label), then the in-process suite under
+# the default build against Debian's LibTorch 1.13 (every test label), then
+# the build against pip's torch 2.11 with CUDA and NCCL (the other end of
+# the supported range), then the in-process suite under
 # AddressSanitizer+UBSan and ThreadSanitizer, then a short libFuzzer run of
 # every fuzz target. Exits non-zero on any failure.
 #
 #   scripts/test.sh              # everything
-#   KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just the default build
+#   KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 KOLO_SKIP_TORCH2=1 scripts/test.sh   # just the default build
+#   KOLO_SKIP_DEFAULT=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just torch 2.11
+#
+# The torch 2.11 stage keeps its venv (about 4.6 GB) in $KOLO_CACHE_DIR
+# (default: .cache/ in the checkout, git-ignored), made once by
+# scripts/python-venv.sh; point KOLO_CACHE_DIR at a folder outside the
+# checkout to share it between clones on one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 jobs=$(nproc)
 
-echo "== build (default preset)"
-cmake --preset default >/dev/null
-cmake --build --preset default -j"$jobs"
+if [ "${KOLO_SKIP_DEFAULT:-0}" != "1" ]; then
+  echo "== build (default preset)"
+  cmake --preset default >/dev/null
+  cmake --build --preset default -j"$jobs"
 
-echo "== tests (default preset)"
-ctest --preset default --timeout 600
+  echo "== tests (default preset)"
+  ctest --preset default --timeout 600
+fi
+
+# The other end of the supported torch range: pip's torch 2.11 (a CUDA
+# build) in a cached venv. Configures with CUDA and NCCL (the NCCL LibTorch
+# loads) and compiles every CUDA and NCCL source (core, adapter, bindings,
+# tests/gpu, bench_gpu_pack) against it; nothing GPU runs here. Runs the
+# LibTorch adapter tests, the Python suite at np 2 and 3, the GPU host
+# tests, the install test and the pip wheel test (label package).
+if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
+  stage_start=$SECONDS
+  torch2=2.11.0
+  cache_dir=${KOLO_CACHE_DIR:-$PWD/.cache}
+  venv=$cache_dir/venv-torch-$torch2
+  scripts/python-venv.sh --no-kolo --torch "$torch2" "$venv"
+  # ccache, when installed, for this stage's two builds of the same sources
+  # (build/torch2, and the wheel's build/wheel in package.pip_wheel), in
+  # $KOLO_CACHE_DIR/ccache unless CCACHE_DIR says otherwise.
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=)
+  if command -v ccache >/dev/null; then
+    export CCACHE_DIR=${CCACHE_DIR:-$cache_dir/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+              -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    export CMAKE_ARGS="${launcher[*]}"  # read by scikit-build-core
+    export KOLO_WHEEL_BUILD_DIR=$PWD/build/wheel
+  fi
+  echo "== build (torch2 preset: LibTorch $torch2 with CUDA and NCCL)"
+  cmake --preset torch2 -DKOLO_PYTHON="$venv/bin/python" "${launcher[@]}" >/dev/null
+  cache=build/torch2/CMakeCache.txt
+  config=build/torch2/core/include/kolo/build_config.h
+  if ! grep -q '^KOLO_TORCH_CUDA_BUILD:INTERNAL=ON' "$cache" ||
+     [ "$(grep -cE 'define KOLO_WITH_(CUDA|NCCL) 1' "$config")" != 2 ]; then
+    echo "torch2 preset: expected a CUDA LibTorch with CUDA and NCCL on; see cmake --preset torch2" >&2
+    exit 1
+  fi
+  cmake --build --preset torch2 -j"$jobs"
+  echo "== tests (torch2 preset: torch, python, gpu_host, gpu (skips without a GPU), package)"
+  ctest --preset torch2 --timeout 600
+  echo "== torch $torch2 stage took $((SECONDS - stage_start)) s"
+fi
 
 # The binaries holding the in-process suite (ctest label inprocess): the
 # sanitizer builds compile only these.

@@ -1,12 +1,39 @@
 #!/usr/bin/env bash
-# Installs the build tree into a scratch prefix, then configures, builds and
-# runs a separate project that uses find_package(kolo).
+# Installs the build tree into a scratch prefix outside the loader's default
+# path and runs what was installed from there with a clean environment (no
+# LD_LIBRARY_PATH; only PATH and HOME): each binary must find its own
+# libraries through its RPATH.
+#
+#   check_install.sh BUILD_DIR [PYTHON]
+#
+#   1. tests/package/consumer: configured with find_package(kolo) against the
+#      prefix, built, and run as a 2-rank job under the installed kolorun;
+#   2. with PYTHON (the interpreter the kolo package was built for): the
+#      installed package imported from the prefix by tests/package/smoke.py
+#      (allreduce, a few training steps) as a 2-rank job under the installed
+#      kolorun.
+# Prints "install: ok" when every step passed.
 set -euo pipefail
 build_dir=$1
+python=${2:-}
 source_dir=$(cd "$(dirname "$0")" && pwd)
-scratch=$(mktemp -d)
+scratch=$(mktemp -d /tmp/kolo-install.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
-cmake --install "$build_dir" --prefix "$scratch/prefix" >/dev/null
-cmake -S "$source_dir/consumer" -B "$scratch/build" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
+prefix=$scratch/prefix
+
+clean_env=(env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$scratch" KOLO_TIMEOUT=60)
+
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+cmake -S "$source_dir/consumer" -B "$scratch/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$scratch/build" >/dev/null
-LD_LIBRARY_PATH="$scratch/prefix/lib:${LD_LIBRARY_PATH:-}" "$scratch/build/consumer"
+echo "== kolorun -np 2 consumer (from $prefix)"
+"${clean_env[@]}" "$prefix/bin/kolorun" -np 2 --timeout-seconds 60 "$scratch/build/consumer"
+
+if [ -n "$python" ]; then
+  site=$(echo "$prefix"/lib/python*/site-packages)
+  [ -f "$site/kolo/__init__.py" ] || { echo "no kolo package under $prefix/lib" >&2; exit 1; }
+  echo "== kolorun -np 2 $python tests/package/smoke.py (kolo from $site)"
+  "${clean_env[@]}" PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1 KOLO_EXPECT_DIR="$site" \
+    "$prefix/bin/kolorun" -np 2 --timeout-seconds 120 "$python" "$source_dir/smoke.py"
+fi
+echo "install: ok"

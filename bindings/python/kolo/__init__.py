@@ -4,10 +4,23 @@ The PyTorch API lives in :mod:`kolo.torch`. This package holds the compiled
 extension (``kolo._kolo``) and the error classes shared by every framework
 binding.
 """
-import torch as _torch  # noqa: F401  (loads libtorch and its Python glue before _kolo)
+import sys as _sys
 
-from kolo import _kolo
-from kolo._kolo import (  # noqa: F401
+import torch as _torch  # loads libtorch and its Python glue before _kolo
+
+from kolo import _build_config
+
+# _kolo links the LibTorch it was built against; under another torch it
+# would fail with undefined symbols or misbehave, so stop here first.
+if _torch.__version__ != _build_config.TORCH_VERSION:
+    raise ImportError(
+        "kolo was built against torch %s, but %s imports torch %s (%s). Rebuild kolo "
+        "for this torch: %s" % (
+            _build_config.TORCH_VERSION, _sys.executable, _torch.__version__,
+            _torch.__file__, _build_config.REBUILD_COMMAND.format(python=_sys.executable)))
+
+from kolo import _kolo  # noqa: E402
+from kolo._kolo import (  # noqa: F401,E402
     KoloError,
     KoloInternalError,
     KoloInvalidArgumentError,

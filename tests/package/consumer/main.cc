@@ -1,4 +1,5 @@
-// Size-1 job through the installed package: init, allreduce, shutdown.
+// A job through the installed package: init, a sum allreduce of 21 on every
+// rank, shutdown. Run alone (size 1) or under the installed kolorun.
 #include <cstdio>
 
 #include "kolo/kolo.h"
@@ -10,7 +11,9 @@ int main() {
   q.name = "x";
   q.shape = {1};
   kolo::defaultEngine().enqueue(q, kolo::Entry{&x, &x, {}, {}}).wait();
-  std::printf("size %d value %.1f\n", kolo::size(), x);
+  const int size = kolo::size();
+  const int rank = kolo::rank();
+  std::printf("rank %d size %d value %.1f\n", rank, size, x);
   kolo::shutdown();
-  return x == 21.0f ? 0 : 1;
+  return x == 21.0f * static_cast<float>(size) ? 0 : 1;
 }
