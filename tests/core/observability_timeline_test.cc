@@ -95,10 +95,12 @@ void runSteps(Engine& engine, int rank, const std::string& prefix, int steps) {
   }
 }
 
-const std::vector<std::string> kFusedSpans = {"ALLREDUCE",      "NEGOTIATE",
-                                              "QUEUE",          "MEMCPY_IN_FUSION_BUFFER",
-                                              "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"};
-const std::vector<std::string> kSingleSpans = {"ALLREDUCE", "NEGOTIATE", "QUEUE", "GLOO_ALLREDUCE"};
+// The ranks are threads of one host: the data plane is shared memory.
+const std::string kDataPlaneSpan = "SHM_ALLREDUCE";
+const std::vector<std::string> kFusedSpans = {"ALLREDUCE",    "NEGOTIATE",
+                                              "QUEUE",        "MEMCPY_IN_FUSION_BUFFER",
+                                              kDataPlaneSpan, "MEMCPY_OUT_FUSION_BUFFER"};
+const std::vector<std::string> kSingleSpans = {"ALLREDUCE", "NEGOTIATE", "QUEUE", kDataPlaneSpan};
 
 TEST(Timeline, EveryRankWritesJsonWithTheDocumentedSpansPerTensor) {
   fs::path dir = freshDir("spans");
@@ -119,7 +121,7 @@ TEST(Timeline, EveryRankWritesJsonWithTheDocumentedSpansPerTensor) {
     bool cycles = false, bytes = false;
     for (const auto& e : trace.array) {
       cycles = cycles || e["name"].str == "CYCLE";
-      if (e["name"].str == "GLOO_ALLREDUCE" && e["ph"].str == "B") {
+      if (e["name"].str == kDataPlaneSpan && e["ph"].str == "B") {
         bytes = bytes || e["args"]["bytes"].number == 4 * 256 * 4;
       }
     }

@@ -4,6 +4,9 @@
 
 #include "comm/cuda/gpu_ops.h"
 #include "comm/gloo/factory.h"
+#include "comm/hierarchical/collectives.h"
+#include "comm/shm/factory.h"
+#include "comm/shm/host.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
 #if KOLO_WITH_MPI
@@ -45,6 +48,97 @@ std::unique_ptr<Collectives> createCollectives(const std::string& backend,
   if (backend == "mpi") return mpi::createCollectives(args);
 #endif
   notBuilt(backend, "KOLO_CPU_OPERATIONS");
+}
+
+namespace {
+
+BackendArgs subgroup(const BackendArgs& args, const Identity& identity, const std::string& prefix) {
+  return BackendArgs{args.config, identity, std::make_shared<PrefixStore>(prefix, args.store),
+                     args.localAddress};
+}
+
+bool shmOn(const Config& config) {
+  return config.shm.value_or(!(config.controller == "mpi" && config.cpuOperations == "mpi"));
+}
+
+std::string plural(size_t n, const char* what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args, std::string* choice,
+                                                bool* fellBack) {
+  const Config& config = args.config;
+  auto say = [&](const std::string& line) {
+    if (choice != nullptr) *choice = line;
+  };
+  if (fellBack != nullptr) *fellBack = false;
+  const int size = args.identity.size;
+  if (!shmOn(config) || size == 1) {
+    say(config.cpuOperations + (shmOn(config) ? "" : " (shared memory off)"));
+    return createCollectives(config.cpuOperations, args);
+  }
+  const shm::HostLayout layout =
+      shm::exchangeLayout(subgroup(args, args.identity, "layout/"));
+  if (layout.hostCount() == 1) {
+    say("shm (" + plural(size, "rank") + " on one host)");
+    return shm::createCollectives(args);
+  }
+  const bool allreduce = config.hierarchicalAllreduce.value_or(true);
+  const bool allgather = config.hierarchicalAllgather.value_or(true);
+  const bool asked = config.hierarchicalAllreduce.value_or(false) ||
+                     config.hierarchicalAllgather.value_or(false);
+  const int rank = args.identity.rank;
+  std::string why;
+  if (!allreduce && !allgather) {
+    why = "hierarchical collectives switched off";
+  } else if (!layout.uniform()) {
+    why = "hierarchical collectives need the same number of ranks on every host";
+  } else if (layout.localSize(rank) == 1) {
+    why = "one rank per host";
+  } else if (config.cpuOperations != "gloo") {
+    why = "the cross-host stage of hierarchical collectives runs over gloo only";
+  }
+  if (!why.empty()) {
+    if (fellBack != nullptr) *fellBack = asked && (allreduce || allgather);
+    say(config.cpuOperations + " (" + layout.describe() + ": " + why + ")");
+    return createCollectives(config.cpuOperations, args);
+  }
+  // Every rank builds the flat plane first, then its host's, then its
+  // local rank's across hosts: each step is collective within its group.
+  const int host = layout.hostOf[rank];
+  const int localRank = layout.localRank(rank);
+  Identity local;
+  local.rank = localRank;
+  local.size = layout.localSize(rank);
+  local.localRank = local.rank;
+  local.localSize = local.size;
+  Identity cross;
+  cross.rank = host;
+  cross.size = layout.hostCount();
+  cross.crossRank = cross.rank;
+  cross.crossSize = cross.size;
+  hierarchical::Planes planes;
+  planes.flat = createCollectives(config.cpuOperations, subgroup(args, args.identity, "flat/"));
+  planes.local =
+      shm::createCollectives(subgroup(args, local, "local/" + std::to_string(host) + "/"));
+  planes.cross = createCollectives(
+      config.cpuOperations, subgroup(args, cross, "cross/" + std::to_string(localRank) + "/"));
+  say(std::string("hierarchical (") + layout.describe() + ": shm within hosts, " +
+      config.cpuOperations + " across them; allreduce " + (allreduce ? "two-level" : "flat") +
+      ", allgather/broadcast " + (allgather ? "two-level" : "flat") + ")");
+  return std::make_unique<hierarchical::Collectives>(layout, rank, std::move(planes), allreduce,
+                                                     allgather);
+}
+
+std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args) {
+  const Config& config = args.config;
+  if (shmOn(config) && args.identity.size > 1 &&
+      shm::exchangeLayout(subgroup(args, args.identity, "layout/")).hostCount() == 1) {
+    return shm::createControlChannel(args);
+  }
+  return createControlChannel(config.controller, args);
 }
 
 std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,

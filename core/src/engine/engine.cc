@@ -52,15 +52,20 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
                                 localAddressFor(identity, *rootStore)};
   comm::BackendArgs dataArgs{config, identity, std::make_shared<PrefixStore>("data/", store),
                              controlArgs.localAddress};
-  controller = std::make_unique<Controller>(
-      config, identity, comm::createControlChannel(config.controller, controlArgs), cache,
-      loopStats, tunables);
+  controller = std::make_unique<Controller>(config, identity, comm::createControlPlane(controlArgs),
+                                            cache, loopStats, tunables);
+  std::string dataPlane;
+  bool fellBack = false;
   executor = std::make_unique<Executor>(
-      identity, comm::createCollectives(config.cpuOperations, dataArgs), loopStats);
+      identity, comm::createCpuDataPlane(dataArgs, &dataPlane, &fellBack), loopStats);
   executor->setTimeline(timeline.get());
   publishPresence(*store, identity.rank);
-  log->debug("engine up: rank {}/{}, controller {}, cpu operations {}", identity.rank,
-             identity.size, config.controller, config.cpuOperations);
+  if (fellBack && identity.rank == 0) {
+    log->warn("KOLO_HIERARCHICAL_* asked for two-level collectives, using flat ones: {}",
+                 dataPlane);
+  }
+  log->debug("engine up: rank {}/{}, controller {}, cpu data plane {}", identity.rank,
+             identity.size, config.controller, dataPlane);
   thread = std::thread([this] { loopOnLoop(); });
 }
 
