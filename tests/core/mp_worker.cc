@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -30,6 +31,26 @@ void allreduceStep(int step) {
   }
 }
 
+// 64 MB float32 allreduces back to back: each takes milliseconds, so a
+// signal that arrives at a random moment most likely finds every rank inside
+// the data-plane collective. Prints which step failed.
+void largeAllreducesUntilError() {
+  auto& engine = kolo::defaultEngine();
+  std::vector<float> v(size_t(16) << 20, 1.0f);
+  for (int step = 0;; ++step) {
+    kolo::Request q;
+    q.name = "large";
+    q.dtype = kolo::DataType::kFloat32;
+    q.shape = {static_cast<int64_t>(v.size())};
+    engine.enqueue(q, kolo::Entry{v.data(), v.data(), {}, {}}).wait();
+    // No refill between steps (it would take as long as the allreduce).
+    if (step == 0 && v.back() != static_cast<float>(kolo::size())) {
+      std::printf("step %d: got %f\n", step, v.back());
+      std::exit(4);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,6 +66,16 @@ int main(int argc, char** argv) {
         _exit(9);
       }
       for (int step = 1; step < 1000; ++step) allreduceStep(step);
+    } else if (scenario == "kill-mid" || scenario == "stop-mid") {
+      allreduceStep(0);
+      if (kolo::rank() == 1) {
+        const int sig = scenario == "kill-mid" ? SIGKILL : SIGSTOP;
+        std::thread([sig] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          raise(sig);
+        }).detach();
+      }
+      largeAllreducesUntilError();
     }
     kolo::shutdown();
     std::printf("OK\n");
