@@ -140,6 +140,18 @@ TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
   EXPECT_LT(took, std::chrono::seconds(12));
 }
 
+TEST(MultiProcess, EveryOpOnSharedMemory) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(startWorker(r, 3, server.port(), "every-op", "20"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
+    EXPECT_NE(w.output.find("EVERY-OP"), std::string::npos) << w.output;
+  }
+}
+
 // Three ranks of one host on shared memory (the default), 64 MB allreduces
 // back to back, rank 1 killed or stopped 300 ms in (most likely inside a
 // collective): the others fail naming it, detected by the shared-memory

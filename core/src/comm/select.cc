@@ -121,8 +121,8 @@ std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args, std::st
   cross.crossSize = cross.size;
   hierarchical::Planes planes;
   planes.flat = createCollectives(config.cpuOperations, subgroup(args, args.identity, "flat/"));
-  planes.local =
-      shm::createCollectives(subgroup(args, local, "local/" + std::to_string(host) + "/"));
+  planes.local = shm::createCollectivesWithin(
+      subgroup(args, local, "local/" + std::to_string(host) + "/"), layout.hosts[host]);
   planes.cross = createCollectives(
       config.cpuOperations, subgroup(args, cross, "cross/" + std::to_string(localRank) + "/"));
   say(std::string("hierarchical (") + layout.describe() + ": shm within hosts, " +

@@ -40,10 +40,6 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
       throw InvalidArgument(std::string("KOLO_TIMELINE: ") + e.what());
     }
   }
-  if (config.autotune && identity.rank == 0) {
-    tuner = std::make_unique<autotune::Autotuner>(config, tunables, cache.enabled(), log);
-  }
-  tuningState.current = tunables;
   store = generationStore(identity, rootStore);
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
 
@@ -59,6 +55,16 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
   executor = std::make_unique<Executor>(
       identity, comm::createCpuDataPlane(dataArgs, &dataPlane, &fellBack), loopStats);
   executor->setTimeline(timeline.get());
+  // The data plane decides whether allreduce may switch between flat and
+  // two-level; every rank's plane starts the same way.
+  comm::Collectives& plane = executor->collectives();
+  tunables.hierarchicalAllreduce = plane.twoLevelAllreduce();
+  if (config.autotune && identity.rank == 0) {
+    tuner = std::make_unique<autotune::Autotuner>(
+        config, tunables, cache.enabled(), log,
+        plane.canSwitchTwoLevelAllreduce() && !config.hierarchicalAllreduce.has_value());
+  }
+  tuningState.current = tunables;
   publishPresence(*store, identity.rank);
   if (fellBack && identity.rank == 0) {
     log->warn("KOLO_HIERARCHICAL_* asked for two-level collectives, using flat ones: {}",

@@ -10,9 +10,13 @@ void Engine::Impl::applyTunedOnLoop(const autotune::Decision& d) {
   // The controller already switched `tunables` (and emptied the cache when
   // it went off) at this cycle on every rank.
   proposal.reset();
-  log->debug("tunables at cycle {}: fusion threshold {} B, cycle time {} us, cache {}{}",
+  comm::Collectives& plane = executor->collectives();
+  if (plane.canSwitchTwoLevelAllreduce()) plane.setTwoLevelAllreduce(tunables.hierarchicalAllreduce);
+  log->debug("tunables at cycle {}: fusion threshold {} B, cycle time {} us, cache {}, allreduce {}{}",
              loopStats.cycles, tunables.fusionThresholdBytes, tunables.cycleTime.count(),
-             tunables.cacheEnabled ? "on" : "off", d.final ? " (autotune done)" : "");
+             tunables.cacheEnabled ? "on" : "off",
+             tunables.hierarchicalAllreduce ? "two-level" : "flat",
+             d.final ? " (autotune done)" : "");
   if (tuner) tuner->onApplied(d, std::chrono::steady_clock::now(), loopStats.bytesReduced);
   std::lock_guard<std::mutex> lock(mu);
   tuningState.current = tunables;

@@ -43,6 +43,27 @@ Collectives::Collectives(shm::HostLayout layout, int rank, Planes planes, bool a
                "hierarchical collectives need several hosts with the same number (> 1) of ranks");
 }
 
+template <typename Fn>
+void Collectives::guarded(const char* what, Fn&& fn) {
+  if (!failure_.empty()) {
+    throw PeerFailure(std::string("hierarchical ") + what +
+                      ": the data plane failed earlier: " + failure_);
+  }
+  try {
+    fn();
+  } catch (const InvalidArgument&) {
+    throw;  // refused before any communication: still usable
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    // Destroying a plane closes it: the peers blocked on this rank there
+    // fail now instead of after their timeout.
+    planes_.cross.reset();
+    planes_.flat.reset();
+    planes_.local.reset();
+    throw;
+  }
+}
+
 void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {
   KOLO_CHECK_ARG(counts.size() == static_cast<size_t>(layout_.size()),
                  std::string("hierarchical ") + what + ": " + std::to_string(counts.size()) +
@@ -50,23 +71,30 @@ void Collectives::checkCounts(const std::vector<size_t>& counts, const char* wha
 }
 
 void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
-  if (!allreduce_) return planes_.flat->allreduce(buf, count, dtype, op);
-  elementSize(dtype);
-  KOLO_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax ||
-                     op == ReduceOp::kProduct,
-                 std::string("hierarchical allreduce: unsupported reduce op ") + toString(op));
-  if (count == 0) return;
-  const auto parts = evenParts(count, localSize_);
-  char* mine = static_cast<char*>(buf) + offsetsOf(parts)[localRank_] * elementSize(dtype);
-  planes_.local->reducescatter(buf, mine, parts, dtype, op);
-  planes_.cross->allreduce(mine, parts[localRank_], dtype, op);
-  planes_.local->allgatherv(mine, buf, parts, dtype);
+  guarded("allreduce", [&] {
+    if (!allreduce_) return planes_.flat->allreduce(buf, count, dtype, op);
+    elementSize(dtype);
+    KOLO_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax ||
+                       op == ReduceOp::kProduct,
+                   std::string("hierarchical allreduce: unsupported reduce op ") + toString(op));
+    if (count == 0) return;
+    const auto parts = evenParts(count, localSize_);
+    char* mine = static_cast<char*>(buf) + offsetsOf(parts)[localRank_] * elementSize(dtype);
+    planes_.local->reducescatter(buf, mine, parts, dtype, op);
+    planes_.cross->allreduce(mine, parts[localRank_], dtype, op);
+    planes_.local->allgatherv(mine, buf, parts, dtype);
+  });
 }
 
-// Scratch: [host block | cross result | all pieces | one host's block].
 void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
                              DataType dtype) {
   checkCounts(counts, "allgatherv");
+  guarded("allgatherv", [&] { twoLevelAllgatherv(in, out, counts, dtype); });
+}
+
+// Scratch: [host block | cross result | all pieces | one host's block].
+void Collectives::twoLevelAllgatherv(const void* in, void* out, const std::vector<size_t>& counts,
+                                     DataType dtype) {
   if (!allgather_) return planes_.flat->allgatherv(in, out, counts, dtype);
   const size_t es = elementSize(dtype);
   const int hosts = layout_.hostCount();
@@ -130,22 +158,24 @@ void Collectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
   KOLO_CHECK_ARG(root >= 0 && root < layout_.size(),
                  "hierarchical broadcast: root " + std::to_string(root) +
                      " out of range for size " + std::to_string(layout_.size()));
-  if (!allgather_) return planes_.flat->broadcast(buf, count, dtype, root);
-  elementSize(dtype);
-  if (count == 0) return;
-  const int rootLocal = layout_.localRank(root);
-  if (localRank_ == rootLocal) planes_.cross->broadcast(buf, count, dtype, layout_.hostOf[root]);
-  planes_.local->broadcast(buf, count, dtype, rootLocal);
+  guarded("broadcast", [&] {
+    if (!allgather_) return planes_.flat->broadcast(buf, count, dtype, root);
+    elementSize(dtype);
+    if (count == 0) return;
+    const int rootLocal = layout_.localRank(root);
+    if (localRank_ == rootLocal) planes_.cross->broadcast(buf, count, dtype, layout_.hostOf[root]);
+    planes_.local->broadcast(buf, count, dtype, rootLocal);
+  });
 }
 
 void Collectives::alltoallv(const void* in, const std::vector<size_t>& sendCounts, void* out,
                             const std::vector<size_t>& recvCounts, DataType dtype) {
-  planes_.flat->alltoallv(in, sendCounts, out, recvCounts, dtype);
+  guarded("alltoallv", [&] { planes_.flat->alltoallv(in, sendCounts, out, recvCounts, dtype); });
 }
 
 void Collectives::reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
                                 DataType dtype, ReduceOp op) {
-  planes_.flat->reducescatter(in, out, recvCounts, dtype, op);
+  guarded("reducescatter", [&] { planes_.flat->reducescatter(in, out, recvCounts, dtype, op); });
 }
 
 }  // namespace kolo::comm::hierarchical

@@ -19,7 +19,13 @@
 // Every rank of the group computes each reduced element once, in the same
 // order (local rank order, then host order), so results agree bit for bit.
 //
-// Threading: as comm::Collectives. setHierarchicalAllreduce may be called
+// Failure: a rank talks to its host's ranks and to its peers of equal local
+// rank only, so a failure in one plane would reach the others only after
+// their timeout. The first error in any plane therefore closes all of them
+// (peers blocked on this rank in any plane fail at once, and fail theirs in
+// turn) and every later call throws at once.
+//
+// Threading: as comm::Collectives. setTwoLevelAllreduce may be called
 // between operations (same value on every rank at the same point: the
 // autotuner's decisions arrive through negotiation).
 #pragma once
@@ -56,11 +62,17 @@ class Collectives final : public comm::Collectives {
   void reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
                      DataType dtype, ReduceOp op) override;
 
-  bool hierarchicalAllreduce() const { return allreduce_; }
-  void setHierarchicalAllreduce(bool on) { allreduce_ = on; }
+  bool canSwitchTwoLevelAllreduce() const override { return true; }
+  bool twoLevelAllreduce() const override { return allreduce_; }
+  void setTwoLevelAllreduce(bool on) override { allreduce_ = on; }
 
  private:
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
+  void twoLevelAllgatherv(const void* in, void* out, const std::vector<size_t>& counts,
+                          DataType dtype);
+  // Runs one operation; see Failure above.
+  template <typename Fn>
+  void guarded(const char* what, Fn&& fn);
 
   const shm::HostLayout layout_;
   const int rank_;
@@ -72,6 +84,7 @@ class Collectives final : public comm::Collectives {
   const bool allgather_;
   std::string name_;
   std::vector<char> scratch_;  // allgatherv staging, grown on demand
+  std::string failure_;        // the first error; planes closed
 };
 
 // Splits count elements into parts even parts (the first count % parts one

@@ -41,7 +41,7 @@ uint64_t ControlChannel::announcedLength(int r, const char* what) {
   uint64_t length = 0;
   std::memcpy(&length, half(r, 0), sizeof length);
   if (length > kMaxControlMessageBytes) {
-    group_->fail(Internal(std::string("shm control ") + what + ": rank " + std::to_string(r) +
+    group_->fail(Internal(std::string("shm control ") + what + ": " + group_->rankName(r) +
                           " announced " + std::to_string(length) + " bytes (limit " +
                           std::to_string(kMaxControlMessageBytes) + ")"));
   }

@@ -20,8 +20,13 @@ std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& ar
 }
 
 std::unique_ptr<comm::Collectives> createCollectives(const BackendArgs& args) {
+  return createCollectivesWithin(args, {});
+}
+
+std::unique_ptr<comm::Collectives> createCollectivesWithin(const BackendArgs& args,
+                                                           std::vector<int> groupRanks) {
   return std::make_unique<Collectives>(
-      Group::connect(withPrefix(args, "shm-data/"), kDataSlotBytes, "data"));
+      Group::connect(withPrefix(args, "shm-data/"), kDataSlotBytes, "data", std::move(groupRanks)));
 }
 
 }  // namespace kolo::comm::shm

@@ -19,4 +19,10 @@ namespace kolo::comm::shm {
 std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& args);
 std::unique_ptr<comm::Collectives> createCollectives(const BackendArgs& args);
 
+// The same for the ranks of one host within a larger group (the local
+// stage of comm/hierarchical): groupRanks[r] is local rank r's rank in that
+// group, which is how errors name it.
+std::unique_ptr<comm::Collectives> createCollectivesWithin(const BackendArgs& args,
+                                                           std::vector<int> groupRanks);
+
 }  // namespace kolo::comm::shm

@@ -136,13 +136,18 @@ struct Group::Shared {
 };
 static_assert(sizeof(Group::Shared) <= kLineBytes, "header fits before the rank lines");
 
-std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes, const char* role) {
+std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes, const char* role,
+                                      std::vector<int> rankNames) {
   const Identity& id = args.identity;
   KOLO_CHECK_ARG(
       id.size >= 1 && id.rank >= 0 && id.rank < id.size,
       "shm: bad identity rank " + std::to_string(id.rank) + " of size " + std::to_string(id.size));
   KOLO_CHECK_ARG(args.config.timeout.count() > 0, "shm: timeout must be positive");
   KOLO_ENFORCE(slotBytes % 64 == 0 && slotBytes > 0, "shm: slot size must be a multiple of 64");
+  if (rankNames.empty()) {
+    for (int r = 0; r < id.size; ++r) rankNames.push_back(r);
+  }
+  KOLO_ENFORCE(rankNames.size() == static_cast<size_t>(id.size), "shm: one name per rank");
   const size_t bytes = segmentBytes(id.size, slotBytes);
   Store& store = *args.store;
   const auto timeout = args.config.timeout;
@@ -220,12 +225,12 @@ std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes,
     if (!name.empty()) Segment::unlink(name);
     throw Internal(std::string("shm ") + role + " setup failed: " + firstError);
   }
-  return std::unique_ptr<Group>(
-      new Group(std::move(segment), id.rank, id.size, slotBytes, timeout, role));
+  return std::unique_ptr<Group>(new Group(std::move(segment), id.rank, id.size, slotBytes, timeout,
+                                          role, std::move(rankNames)));
 }
 
 Group::Group(Segment segment, int rank, int size, size_t slotBytes,
-             std::chrono::milliseconds timeout, std::string role)
+             std::chrono::milliseconds timeout, std::string role, std::vector<int> rankNames)
     : segment_(std::move(segment)),
       shared_(reinterpret_cast<Shared*>(segment_.data())),
       slots_(segment_.data() + slotsOffset(size)),
@@ -233,7 +238,8 @@ Group::Group(Segment segment, int rank, int size, size_t slotBytes,
       size_(size),
       slotBytes_(slotBytes),
       timeout_(timeout),
-      role_(std::move(role)) {
+      role_(std::move(role)),
+      rankNames_(std::move(rankNames)) {
   watchPeers();
 }
 
@@ -327,7 +333,7 @@ void Group::checkPeer(int peer, const char* what) {
   } else {
     return;
   }
-  fail(PeerFailure("shm " + std::string(what) + ": rank " + std::to_string(peer) + " " + why));
+  fail(PeerFailure("shm " + std::string(what) + ": " + nameOf(peer) + " " + why));
 }
 
 void Group::failTimeout(int peer, uint32_t p, const char* what) {
@@ -336,8 +342,8 @@ void Group::failTimeout(int peer, uint32_t p, const char* what) {
     how = " (its process " + std::to_string(pids_[peer]) + " is stopped)";
   }
   (void)p;
-  fail(Timeout("shm " + std::string(what) + ": rank " + std::to_string(peer) +
-               " made no progress for " + std::to_string(timeout_.count()) + " ms" + how));
+  fail(Timeout("shm " + std::string(what) + ": " + nameOf(peer) + " made no progress for " +
+               std::to_string(timeout_.count()) + " ms" + how));
 }
 
 void Group::fail(const Error& error) {

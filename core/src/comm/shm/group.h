@@ -58,9 +58,11 @@ class Group {
   // slotBytes. `role` names the group in messages ("data", "control").
   // Blocks until every rank attached; throws Timeout when a rank does not
   // show up within args.config.timeout, and the first rank's error on every
-  // rank when any rank cannot attach.
-  static std::unique_ptr<Group> connect(const BackendArgs& args, size_t slotBytes,
-                                        const char* role);
+  // rank when any rank cannot attach. rankNames[r], when given, is how
+  // messages name rank r (its rank in the larger group this one is part
+  // of); by default its rank here.
+  static std::unique_ptr<Group> connect(const BackendArgs& args, size_t slotBytes, const char* role,
+                                        std::vector<int> rankNames = {});
 
   // Marks this rank as gone and wakes its waiters: peers blocked on it fail
   // with PeerFailure at once.
@@ -76,6 +78,9 @@ class Group {
   // The phases this rank completed (the same count on every rank at the same
   // point of the operation sequence).
   uint32_t phase() const { return phase_; }
+
+  // "rank N" for rank r, as messages name it.
+  std::string rankName(int r) const { return nameOf(r); }
 
   // Throws the earlier failure again when poisoned. Call first in every
   // operation named `what`.
@@ -97,7 +102,7 @@ class Group {
 
  private:
   Group(Segment segment, int rank, int size, size_t slotBytes, std::chrono::milliseconds timeout,
-        std::string role);
+        std::string role, std::vector<int> rankNames);
 
   void watchPeers();
   bool reached(int peer, uint32_t p) const;
@@ -105,6 +110,7 @@ class Group {
   void checkPeer(int peer, const char* what);
   [[noreturn]] void failTimeout(int peer, uint32_t p, const char* what);
   void markGone(uint32_t state) noexcept;
+  std::string nameOf(int r) const { return "rank " + std::to_string(rankNames_[r]); }
 
   Segment segment_;
   Shared* shared_;
@@ -114,6 +120,7 @@ class Group {
   const size_t slotBytes_;
   const std::chrono::milliseconds timeout_;
   const std::string role_;
+  const std::vector<int> rankNames_;
   uint32_t phase_ = 0;
   std::vector<int> pidfds_;  // by rank; -1: same process, or unavailable
   std::vector<pid_t> pids_;  // by rank
