@@ -24,7 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/shm/factory.h"
+#include "comm/shm/collectives.h"
+#include "comm/shm/group.h"
 #include "common.h"
 #include "kolo/store.h"
 
@@ -40,6 +41,7 @@ struct Options {
   double seconds = 0.2;
   int trials = 3;
   std::string op = "allreduce";
+  size_t slotKib = kolo::comm::shm::kDataSlotBytes >> 10;
 };
 
 // One rank: times memcpy and the op per size; rank 0 prints.
@@ -50,7 +52,8 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
   id.rank = rank;
   id.size = opt.ranks;
   auto store = kolo::makeFileStore(dir);
-  auto c = kolo::comm::shm::createCollectives(kolo::comm::BackendArgs{config, id, store, ""});
+  auto c = std::make_unique<kolo::comm::shm::Collectives>(kolo::comm::shm::Group::connect(
+      kolo::comm::BackendArgs{config, id, store, ""}, opt.slotKib << 10, "data"));
   const int n = opt.ranks;
   std::vector<float> buf(opt.maxBytes / 4 + 16, 1.0f), other(opt.maxBytes / 4 + 16, 0.0f);
   std::vector<size_t> sizes;
@@ -82,8 +85,8 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
                         : opt.op == "broadcast" ? 1.0
                                                 : double(n - 1) / n;
   if (rank == 0) {
-    fmt::print("shm {} float32, {} ranks (processes), median of {} trials\n", opt.op, n,
-               opt.trials);
+    fmt::print("shm {} float32, {} ranks (processes), slots of {} KiB, median of {} trials\n",
+               opt.op, n, opt.slotKib, opt.trials);
     fmt::print("{:<9} {:>12} {:>12} {:>12} {:>10}\n", "size", "memcpy GB/s", "busbw GB/s",
                "us per call", "busbw/mcpy");
   }
@@ -134,6 +137,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", opt.maxBytes, "largest size (bytes)");
   app.add_option("--seconds", opt.seconds, "timed seconds per size, method and trial (about)");
   app.add_option("--trials", opt.trials, "trials")->check(CLI::PositiveNumber);
+  app.add_option("--slot-kib", opt.slotKib, "slot per rank in KiB (two halves; default: kolo's)")
+      ->check(CLI::Range(4, 1 << 20));
   app.add_option("--op", opt.op, "allreduce|reducescatter|allgather|broadcast")
       ->check(CLI::IsMember({"allreduce", "reducescatter", "allgather", "broadcast"}));
   CLI11_PARSE(app, argc, argv);

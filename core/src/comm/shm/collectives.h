@@ -39,7 +39,7 @@
 namespace kolo::comm::shm {
 
 // Bytes of one rank's slot (two halves).
-constexpr size_t kDataSlotBytes = size_t(1) << 20;
+constexpr size_t kDataSlotBytes = size_t(4) << 20;
 // Allreduces up to this size take the one-shot path.
 constexpr size_t kOneShotBytes = size_t(16) << 10;
 
