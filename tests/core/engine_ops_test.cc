@@ -5,6 +5,9 @@
 // shared memory off (Gloo).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cmath>
 #include <mutex>
 #include <tuple>
@@ -257,9 +260,53 @@ TEST(EngineDataPlane, AskedForHierarchicalOnUnevenHostsWarnsAndFallsBack) {
   Config config = configFor(Placement::kTwoPerHost);
   config.hierarchicalAllreduce = true;
   auto lines = dataPlaneLines(3, config);
-  EXPECT_TRUE(anyHas(lines, "[warning] KOLO_HIERARCHICAL_* asked for two-level collectives, "
-                            "using flat ones: gloo (hosts of 2 and 1 ranks"))
+  EXPECT_TRUE(anyHas(lines, "[warning] cpu data plane: gloo (hosts of 2 and 1 ranks: "
+                            "hierarchical collectives need the same number of ranks on every "
+                            "host; KOLO_HIERARCHICAL_*=1 cannot apply)"))
       << lines.front();
+}
+
+// Shared memory that cannot be set up (here: a file-size limit below the
+// data segment's size, as a full /dev/shm would refuse it) is reported to
+// every rank, and every rank falls back to the network data plane.
+TEST(EngineDataPlane, SharedMemorySetupFailureFallsBackToTheNetworkOnEveryRank) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto* previous = signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 1 << 20;  // the control segment fits, the data segment does not
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::vector<std::string> lines;
+  std::vector<float> sums(2);
+  {
+    Config config = configFor(Placement::kOneHost);
+    std::mutex mu;
+    config.logLevel = LogLevel::kDebug;
+    config.logSink = [&](LogLevel level, const std::string& line) {
+      if (line.find("cpu data plane") == std::string::npos && level < LogLevel::kWarning) return;
+      std::lock_guard<std::mutex> lock(mu);
+      lines.push_back(line);
+    };
+    spawn(
+        2,
+        [&](int rank, Engine& engine) {
+          float x = static_cast<float>(rank + 1);
+          engine.enqueue(makeRequest("x", OpType::kAllreduce, DataType::kFloat32, {1}),
+                         Entry{&x, &x, {}, {}})
+              .wait();
+          sums[rank] = x;
+        },
+        config);
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, previous);
+  EXPECT_EQ(sums, (std::vector<float>{3.0f, 3.0f}));
+  EXPECT_TRUE(anyHas(lines, "[warning] cpu data plane: gloo (shared memory unavailable: shm data "
+                            "setup failed: rank 0: shm: cannot reserve"))
+      << (lines.empty() ? "" : lines.front());
+  int fellBack = 0;
+  for (const auto& l : lines) fellBack += l.find("cpu data plane gloo (shared memory unavailable") != std::string::npos;
+  EXPECT_EQ(fellBack, 2) << "every rank falls back";
 }
 
 }  // namespace

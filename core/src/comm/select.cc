@@ -25,9 +25,8 @@ namespace kolo::comm {
 namespace {
 
 [[noreturn]] void notBuilt(const std::string& backend, const char* variable) {
-  throw InvalidArgument(std::string(variable) + "=" + backend +
-                        " but this build of kolo has no '" + backend +
-                        "' backend; use " + variable + "=gloo or rebuild kolo with it");
+  throw InvalidArgument(std::string(variable) + "=" + backend + " but this build of kolo has no '" +
+                        backend + "' backend; use " + variable + "=gloo or rebuild kolo with it");
 }
 
 }  // namespace
@@ -79,16 +78,24 @@ std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args, std::st
     say(config.cpuOperations + (shmOn(config) ? "" : " (shared memory off)"));
     return createCollectives(config.cpuOperations, args);
   }
-  const shm::HostLayout layout =
-      shm::exchangeLayout(subgroup(args, args.identity, "layout/"));
+  const shm::HostLayout layout = shm::exchangeLayout(subgroup(args, args.identity, "layout/"));
   if (layout.hostCount() == 1) {
-    say("shm (" + plural(size, "rank") + " on one host)");
-    return shm::createCollectives(args);
+    try {
+      auto plane = shm::createCollectives(args);
+      say("shm (" + plural(size, "rank") + " on one host)");
+      return plane;
+    } catch (const Internal& e) {
+      // Every rank got this error (the setup reports it to all), so every
+      // rank falls back alike.
+      if (fellBack != nullptr) *fellBack = true;
+      say(config.cpuOperations + " (shared memory unavailable: " + e.what() + ")");
+      return createCollectives(config.cpuOperations, args);
+    }
   }
   const bool allreduce = config.hierarchicalAllreduce.value_or(true);
   const bool allgather = config.hierarchicalAllgather.value_or(true);
-  const bool asked = config.hierarchicalAllreduce.value_or(false) ||
-                     config.hierarchicalAllgather.value_or(false);
+  const bool asked =
+      config.hierarchicalAllreduce.value_or(false) || config.hierarchicalAllgather.value_or(false);
   const int rank = args.identity.rank;
   std::string why;
   if (!allreduce && !allgather) {
@@ -101,8 +108,10 @@ std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args, std::st
     why = "the cross-host stage of hierarchical collectives runs over gloo only";
   }
   if (!why.empty()) {
-    if (fellBack != nullptr) *fellBack = asked && (allreduce || allgather);
-    say(config.cpuOperations + " (" + layout.describe() + ": " + why + ")");
+    const bool ignored = asked && (allreduce || allgather);
+    if (fellBack != nullptr) *fellBack = ignored;
+    say(config.cpuOperations + " (" + layout.describe() + ": " + why +
+        (ignored ? "; KOLO_HIERARCHICAL_*=1 cannot apply" : "") + ")");
     return createCollectives(config.cpuOperations, args);
   }
   // Every rank builds the flat plane first, then its host's, then its
@@ -121,6 +130,8 @@ std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args, std::st
   cross.crossSize = cross.size;
   hierarchical::Planes planes;
   planes.flat = createCollectives(config.cpuOperations, subgroup(args, args.identity, "flat/"));
+  // One host failing to set up shared memory fails only its own ranks; they
+  // cannot fall back alone, so this is an error for the job.
   planes.local = shm::createCollectivesWithin(
       subgroup(args, local, "local/" + std::to_string(host) + "/"), layout.hosts[host]);
   planes.cross = createCollectives(
@@ -136,7 +147,12 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args) {
   const Config& config = args.config;
   if (shmOn(config) && args.identity.size > 1 &&
       shm::exchangeLayout(subgroup(args, args.identity, "layout/")).hostCount() == 1) {
-    return shm::createControlChannel(args);
+    try {
+      return shm::createControlChannel(args);
+    } catch (const Internal&) {
+      // Reported to every rank: all fall back alike (the data plane, built
+      // next, says why in the engine's log).
+    }
   }
   return createControlChannel(config.controller, args);
 }
@@ -146,8 +162,7 @@ std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                                                   std::shared_ptr<cuda::DeviceSet> devices) {
 #if KOLO_WITH_CUDA
   const BackendArgs gpuArgs{args.config, args.identity,
-                            std::make_shared<PrefixStore>("gpu/", args.store),
-                            args.localAddress};
+                            std::make_shared<PrefixStore>("gpu/", args.store), args.localAddress};
 #if KOLO_WITH_NCCL
   if (backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
 #endif

@@ -35,13 +35,16 @@ std::unique_ptr<Collectives> createCollectives(const std::string& backend,
 //     hierarchical op was asked for but the hosts differ in rank count).
 // Collective over the group. When choice is not null it receives one line
 // saying what was chosen and why (for the engine's log); *fellBack is set
-// when KOLO_HIERARCHICAL_* asked for two levels that cannot apply.
+// when KOLO_HIERARCHICAL_* asked for two levels that cannot apply, or when
+// shared memory could not be set up on one host (e.g. /dev/shm full): every
+// rank then uses the network backend.
 std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args,
                                                 std::string* choice = nullptr,
                                                 bool* fellBack = nullptr);
 
 // The control channel of a group: shared memory when every rank is on one
-// host and KOLO_SHM is on, else KOLO_CONTROLLER. Collective over the group.
+// host and KOLO_SHM is on (and it can be set up), else KOLO_CONTROLLER.
+// Collective over the group.
 std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args);
 
 // The data plane for CUDA tensors (KOLO_GPU_OPERATIONS): "nccl", or "mpi" /

@@ -67,8 +67,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s)
   tuningState.current = tunables;
   publishPresence(*store, identity.rank);
   if (fellBack && identity.rank == 0) {
-    log->warn("KOLO_HIERARCHICAL_* asked for two-level collectives, using flat ones: {}",
-                 dataPlane);
+    log->warn("cpu data plane: {}", dataPlane);
   }
   log->debug("engine up: rank {}/{}, controller {}, cpu data plane {}", identity.rank,
              identity.size, config.controller, dataPlane);

@@ -59,6 +59,12 @@ struct Parts {
 
 }  // namespace
 
+size_t dataSlotBytes(int ranks) {
+  const size_t fair =
+      kDataSegmentBytes / static_cast<size_t>(std::max(ranks, 1)) / (64 << 10) * (64 << 10);
+  return std::clamp(fair, kMinDataSlotBytes, kDataSlotBytes);
+}
+
 Collectives::Collectives(std::unique_ptr<Group> group)
     : group_(std::move(group)), halfBytes_(group_->slotBytes() / 2) {
   KOLO_ENFORCE(halfBytes_ % kLine == 0 && halfBytes_ >= 2 * kLine * group_->size(),

@@ -38,8 +38,14 @@
 
 namespace kolo::comm::shm {
 
-// Bytes of one rank's slot (two halves).
+// Bytes of one rank's slot (two halves), for groups of up to
+// kDataSegmentBytes / kDataSlotBytes ranks; larger groups get smaller slots
+// (dataSlotBytes), so a host's segment stays within kDataSegmentBytes
+// (containers often have a 64 MiB /dev/shm).
 constexpr size_t kDataSlotBytes = size_t(4) << 20;
+constexpr size_t kDataSegmentBytes = size_t(32) << 20;
+constexpr size_t kMinDataSlotBytes = size_t(256) << 10;
+size_t dataSlotBytes(int ranks);
 // Allreduces up to this size take the one-shot path.
 constexpr size_t kOneShotBytes = size_t(16) << 10;
 

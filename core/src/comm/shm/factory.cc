@@ -25,8 +25,9 @@ std::unique_ptr<comm::Collectives> createCollectives(const BackendArgs& args) {
 
 std::unique_ptr<comm::Collectives> createCollectivesWithin(const BackendArgs& args,
                                                            std::vector<int> groupRanks) {
-  return std::make_unique<Collectives>(
-      Group::connect(withPrefix(args, "shm-data/"), kDataSlotBytes, "data", std::move(groupRanks)));
+  return std::make_unique<Collectives>(Group::connect(withPrefix(args, "shm-data/"),
+                                                      dataSlotBytes(args.identity.size), "data",
+                                                      std::move(groupRanks)));
 }
 
 }  // namespace kolo::comm::shm

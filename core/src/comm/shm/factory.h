@@ -4,8 +4,9 @@
 // that): each call attaches a Group of its own through args.store (keys
 // under "shm-control/" or "shm-data/"), so every rank must make the same
 // calls in the same order. Blocks until every rank attached; throws Timeout
-// after args.config.timeout, and the first rank's error on every rank when
-// one cannot attach (e.g. a full /dev/shm). Size 1 needs no peers.
+// after args.config.timeout, and Internal with the first rank's error on
+// every rank when one cannot attach (e.g. a full /dev/shm). Size 1 needs no
+// peers.
 #pragma once
 
 #include <memory>

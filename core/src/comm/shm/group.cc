@@ -308,7 +308,7 @@ void Group::waitFor(int peer, uint32_t p, const char* what) {
   while (true) {
     checkPeer(peer, what);
     const auto now = Clock::now();
-    if (now >= deadline) failTimeout(peer, p, what);
+    if (now >= deadline) failTimeout(peer, what);
     const auto slice =
         std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(kSliceMs));
     line.sleepers.fetch_add(1);
@@ -336,12 +336,11 @@ void Group::checkPeer(int peer, const char* what) {
   fail(PeerFailure("shm " + std::string(what) + ": " + nameOf(peer) + " " + why));
 }
 
-void Group::failTimeout(int peer, uint32_t p, const char* what) {
+void Group::failTimeout(int peer, const char* what) {
   std::string how;
   if (pids_[peer] > 0 && pids_[peer] != getpid() && isStopped(pids_[peer])) {
     how = " (its process " + std::to_string(pids_[peer]) + " is stopped)";
   }
-  (void)p;
   fail(Timeout("shm " + std::string(what) + ": " + nameOf(peer) + " made no progress for " +
                std::to_string(timeout_.count()) + " ms" + how));
 }

@@ -108,7 +108,7 @@ class Group {
   bool reached(int peer, uint32_t p) const;
   // Throws PeerFailure when `peer` left, failed or its process exited.
   void checkPeer(int peer, const char* what);
-  [[noreturn]] void failTimeout(int peer, uint32_t p, const char* what);
+  [[noreturn]] void failTimeout(int peer, const char* what);
   void markGone(uint32_t state) noexcept;
   std::string nameOf(int r) const { return "rank " + std::to_string(rankNames_[r]); }
 
