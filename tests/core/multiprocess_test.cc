@@ -174,6 +174,16 @@ void expectMidCollectiveFaultNamed(const std::string& scenario, const std::strin
   }
   // 300 ms to the fault, the 3 s timeout (stop), up to 5 s naming the rank.
   EXPECT_LT(took, std::chrono::seconds(12));
+  // The job's segments (names from its store) are gone from /dev/shm:
+  // removed once every rank had mapped them, before the fault.
+  auto store = server.localStore();
+  for (const char* key : {"kolo/1/control/shm-control/shm/segment",
+                          "kolo/1/data/shm-data/shm/segment"}) {
+    auto value = store->get(key, std::chrono::seconds(1));
+    const std::string name(value.begin(), value.end());
+    EXPECT_EQ(name.rfind("/kolo-", 0), 0u) << key << ": " << name;
+    EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0) << name << " left in /dev/shm";
+  }
   std::printf("[detect] shm %s: survivors exited %.1f s after start; rank 0: %s",
               scenario.c_str(), std::chrono::duration<double>(took).count(),
               workers[0].output.c_str());
