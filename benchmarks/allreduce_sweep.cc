@@ -1,13 +1,14 @@
 // Allreduce bus bandwidth and latency, 4 B .. 256 MiB of float32 sum, two
 // processes: raw MPI_Allreduce (one call, and in 1 MiB pieces as kolo's mpi
-// backend does), raw Gloo (gloo::allreduce on the tcp transport), kolo on MPI
-// and kolo on Gloo, with the machine's memcpy bandwidth per size as the
+// backend does), raw Gloo (gloo::allreduce on the tcp transport), kolo on MPI,
+// kolo on Gloo and kolo with its defaults (kolo-shm: shared memory between
+// the ranks of a host), with the machine's memcpy bandwidth per size as the
 // ceiling, all in one run. Run under mpirun (benchmarks/run.sh sweep does):
 //
 //   mpirun --allow-run-as-root --bind-to none -np 2 build/bench/benchmarks/bench_allreduce_sweep
 //       [--csv out.csv] [--trials 3]
 //       [--min-bytes 4] [--max-bytes 268435456] [--seconds 0.25] [--max-iters 1000]
-//       [--methods memcpy,mpi,mpi-1MiB-pieces,gloo,kolo-mpi,kolo-gloo]
+//       [--methods memcpy,mpi,mpi-1MiB-pieces,gloo,kolo-mpi,kolo-gloo,kolo-shm]
 //
 // Each trial runs every method over all sizes; methods take turns (the order
 // rotates per trial) and the table reports, per size, the median over trials
@@ -18,7 +19,8 @@
 // busbw = bytes / time * 2(n-1)/n (the traffic per rank of a ring
 // allreduce, so numbers compare across world sizes). memcpy: every rank
 // copies size bytes between two of its buffers at the same time; its column
-// is bytes / time.
+// is bytes / time. kolo-shm/mpi is kolo-shm's time over the faster of the two
+// raw MPI columns; gloo/kolo-shm is how many times faster than raw Gloo.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
@@ -45,8 +47,8 @@ struct Options {
   int trials = 3;
   double seconds = 0.25;
   int maxIters = 1000;
-  std::vector<std::string> methods{"memcpy", "mpi",      "mpi-1MiB-pieces",
-                                   "gloo",   "kolo-mpi", "kolo-gloo"};
+  std::vector<std::string> methods{"memcpy",   "mpi",       "mpi-1MiB-pieces", "gloo",
+                                   "kolo-mpi", "kolo-gloo", "kolo-shm"};
 };
 
 // Mean seconds per memcpy of each size (every rank copies at once).
@@ -146,9 +148,15 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
   for (const auto& name : opt.methods) fmt::print(" {:>17}", name);
   const bool mpiRatio = has("mpi") && has("kolo-mpi");
   const bool glooRatio = has("gloo") && has("kolo-gloo");
+  const bool shmRatios = has("kolo-shm") && has("mpi") && has("mpi-1MiB-pieces") && has("gloo");
   if (mpiRatio) fmt::print(" {:>13}", "kolo-mpi/mpi");
   if (glooRatio) fmt::print(" {:>15}", "kolo-gloo/gloo");
+  if (shmRatios) fmt::print(" {:>13} {:>14}", "kolo-shm/mpi", "gloo/kolo-shm");
   fmt::print("\n");
+  // The faster raw MPI way at size s: one call or 1 MiB pieces.
+  auto bestMpi = [&](size_t s) {
+    return std::min(stat("mpi", s, 0.5), stat("mpi-1MiB-pieces", s, 0.5));
+  };
   for (size_t s = 0; s < sizes.size(); ++s) {
     fmt::print("{:<9}", kolo::bench::bytesLabel(sizes[s]));
     for (const auto& name : opt.methods) {
@@ -160,6 +168,10 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
     // Time ratios: below 1 means kolo is faster than the raw call.
     if (mpiRatio) fmt::print(" {:>13.2f}", stat("kolo-mpi", s, 0.5) / stat("mpi", s, 0.5));
     if (glooRatio) fmt::print(" {:>15.2f}", stat("kolo-gloo", s, 0.5) / stat("gloo", s, 0.5));
+    if (shmRatios) {
+      fmt::print(" {:>13.2f} {:>14.2f}", stat("kolo-shm", s, 0.5) / bestMpi(s),
+                 stat("gloo", s, 0.5) / stat("kolo-shm", s, 0.5));
+    }
     fmt::print("\n");
   }
   const auto at64 = std::find(sizes.begin(), sizes.end(), size_t(64) << 20);
@@ -167,6 +179,38 @@ int run(kolo::bench::MpiJob& job, int argc, char** argv) {
     const double bw = gbps("kolo-mpi", static_cast<size_t>(at64 - sizes.begin()));
     fmt::print("target: kolo-mpi busbw at 64 MiB = {:.2f} GB/s (target >= 3): {}\n", bw,
                bw >= 3.0 ? "met" : "NOT met");
+  }
+
+  if (shmRatios) {
+    // Issue 18: from 64 KiB to 256 MiB, at least the faster raw MPI way and
+    // 4 x raw Gloo; at 64 MiB at least 70 % of memcpy.
+    std::string slowerThanMpi, underFourGloo;
+    double worstMpi = 0, worstGloo = 1e9;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      if (sizes[s] < (size_t(64) << 10) || sizes[s] > (size_t(256) << 20)) continue;
+      const double vsMpi = stat("kolo-shm", s, 0.5) / bestMpi(s);
+      const double vsGloo = stat("gloo", s, 0.5) / stat("kolo-shm", s, 0.5);
+      worstMpi = std::max(worstMpi, vsMpi);
+      worstGloo = std::min(worstGloo, vsGloo);
+      if (vsMpi > 1.0) slowerThanMpi += " " + kolo::bench::bytesLabel(sizes[s]);
+      if (vsGloo < 4.0) underFourGloo += " " + kolo::bench::bytesLabel(sizes[s]);
+    }
+    fmt::print(
+        "target: kolo-shm time / faster raw MPI, 64 KiB..256 MiB: worst {:.2f} (target <= 1): "
+        "{}{}\n",
+        worstMpi, slowerThanMpi.empty() ? "met" : "NOT met at", slowerThanMpi);
+    fmt::print(
+        "target: raw Gloo time / kolo-shm, 64 KiB..256 MiB: worst {:.2f} (target >= 4): "
+        "{}{}\n",
+        worstGloo, underFourGloo.empty() ? "met" : "NOT met at", underFourGloo);
+    if (has("memcpy") && at64 != sizes.end()) {
+      const size_t s = static_cast<size_t>(at64 - sizes.begin());
+      const double share = gbps("kolo-shm", s) / gbps("memcpy", s);
+      fmt::print(
+          "target: kolo-shm busbw at 64 MiB = {:.2f} GB/s = {:.0f}% of memcpy's {:.2f} "
+          "(target >= 70%): {}\n",
+          gbps("kolo-shm", s), share * 100, gbps("memcpy", s), share >= 0.7 ? "met" : "NOT met");
+    }
   }
 
   if (!opt.csv.empty()) {

@@ -133,8 +133,8 @@ class Kolo final : public Allreducer {
 }  // namespace
 
 const std::vector<std::string>& allreducerNames() {
-  static const std::vector<std::string> names{"mpi", "mpi-1MiB-pieces", "gloo", "kolo-mpi",
-                                              "kolo-gloo"};
+  static const std::vector<std::string> names{"mpi",      "mpi-1MiB-pieces", "gloo",
+                                              "kolo-mpi", "kolo-gloo",       "kolo-shm"};
   return names;
 }
 
@@ -144,6 +144,7 @@ std::unique_ptr<Allreducer> makeAllreducer(const std::string& method, MpiJob& jo
   if (method == "gloo") return std::make_unique<RawGloo>(job);
   if (method == "kolo-mpi") return std::make_unique<Kolo>("mpi", job);
   if (method == "kolo-gloo") return std::make_unique<Kolo>("gloo", job);
+  if (method == "kolo-shm") return std::make_unique<Kolo>("shm", job);
   throw std::invalid_argument("unknown allreduce method '" + method + "'");
 }
 

@@ -6,6 +6,7 @@
 //                     on the tcp transport, connected through the job's TCP store
 //   kolo-mpi          a kolo::Engine with controller and CPU operations on MPI
 //   kolo-gloo         a kolo::Engine on Gloo (rendezvous through the job's TCP store)
+//   kolo-shm          a kolo::Engine with its defaults: ranks of one host share memory
 //
 // Each is built for one block of timed calls and destroyed after it, so no
 // engine idles (an idle engine still runs a coordination round every cycle)

@@ -24,8 +24,10 @@ std::string bytesLabel(size_t bytes) {
 
 kolo::Config engineConfig(const std::string& backend) {
   kolo::Config config = kolo::Config::fromEnv();
-  config.controller = backend;
-  config.cpuOperations = backend;
+  // "shm": kolo's default on one host (shared memory; Gloo across hosts).
+  config.controller = backend == "shm" ? "gloo" : backend;
+  config.cpuOperations = config.controller;
+  config.shm = backend == "shm";
   config.logLevel = kolo::LogLevel::kError;
   return config;
 }

@@ -29,7 +29,8 @@ std::string bytesLabel(size_t bytes);
 
 // Config::fromEnv() (so KOLO_* variables still apply: KOLO_CYCLE_TIME,
 // KOLO_FUSION_THRESHOLD, ...) with controller and CPU operations set to
-// backend ("gloo" or "mpi") and logging reduced to errors.
+// backend ("gloo" or "mpi", shared memory off) or, for "shm", kolo's
+// default on one host (shared memory), and logging reduced to errors.
 kolo::Config engineConfig(const std::string& backend);
 
 // Which method runs at position i of trial t: a rotation, so no method is

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for kolo's benchmarks (see benchmarks/README.md).
 #
-#   benchmarks/run.sh [sweep|fusion|latency|negotiation|train|all]...   (default: all)
+#   benchmarks/run.sh [sweep|fusion|latency|negotiation|train|shm|hierarchical|all]...
+#                                                                     (default: all)
 #
 # Builds what the chosen parts need in build/bench (RelWithDebInfo; configured
 # once, then only rebuilt), installs gnuplot from apt when it is missing,
@@ -16,7 +17,8 @@
 #   MPIRUN_ARGS        extra mpirun options (word-split), e.g. "--mca mpi_yield_when_idle 1"
 #                      (Open MPI busy-polls by default; on a loaded machine that
 #                      makes raw MPI calls wait for the scheduler)
-#   SWEEP_ARGS, FUSION_ARGS, LATENCY_ARGS, NEGOTIATION_ARGS, TRAIN_ARGS
+#   SWEEP_ARGS, FUSION_ARGS, LATENCY_ARGS, NEGOTIATION_ARGS, TRAIN_ARGS,
+#   SHM_ARGS, HIERARCHICAL_ARGS
 #                      extra options for that part's program or script
 #                      (word-split), e.g. SWEEP_ARGS="--max-bytes 1048576 --trials 1"
 #   KOLO_*             engine settings (KOLO_CYCLE_TIME, KOLO_FUSION_THRESHOLD, ...)
@@ -150,6 +152,29 @@ part_negotiation() {
   plot negotiation
 }
 
+# The shared-memory plane alone against memcpy (no MPI needed).
+part_shm() {
+  build bench_shm_planes
+  log "shm (load average $(loadavg))"
+  # shellcheck disable=SC2086
+  "$BIN/bench_shm_planes" ${SHM_ARGS:-}
+  echo "load average after: $(loadavg)"
+}
+
+# Hierarchical vs flat across two network-namespace hosts (root only).
+part_hierarchical() {
+  if [[ $(id -u) != 0 ]]; then
+    echo "hierarchical: needs root for network namespaces; skipped"
+    return
+  fi
+  build bench_hierarchical kolorun
+  model_shapes
+  log "hierarchical (load average $(loadavg))"
+  # shellcheck disable=SC2086
+  KOLO_BENCH_BUILD=$BUILD "$ROOT/benchmarks/hierarchical.sh" --no-build ${HIERARCHICAL_ARGS:-}
+  plot hierarchical
+}
+
 # Part 5 (training) lives in benchmarks/train/, written separately.
 part_train() {
   local script=$ROOT/benchmarks/train/run.sh
@@ -169,7 +194,7 @@ main() {
   for p in "${parts[@]}"; do
     case $p in
       all) expanded+=(sweep fusion latency negotiation train) ;;
-      sweep | fusion | latency | negotiation | train) expanded+=("$p") ;;
+      sweep | fusion | latency | negotiation | train | shm | hierarchical) expanded+=("$p") ;;
       -h | --help) usage; return 0 ;;
       *) usage >&2; echo "unknown part '$p'" >&2; return 2 ;;
     esac

@@ -10,8 +10,8 @@ set format x "%.0b%BB"
 set xlabel "message size"
 set grid
 set key top left
-variants = "memcpy mpi mpi-1MiB-pieces gloo kolo-mpi kolo-gloo"
-allreduces = "mpi mpi-1MiB-pieces gloo kolo-mpi kolo-gloo"
+variants = "memcpy mpi mpi-1MiB-pieces gloo kolo-mpi kolo-gloo kolo-shm"
+allreduces = "mpi mpi-1MiB-pieces gloo kolo-mpi kolo-gloo kolo-shm"
 set format y "%g"
 pick(col, v) = strcol(3) eq v ? column(col) : NaN
 dash(v) = v eq "memcpy" ? 2 : 1

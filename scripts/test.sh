@@ -70,7 +70,7 @@ fi
 
 # The binaries holding the in-process suite (ctest label inprocess): the
 # sanitizer builds compile only these.
-inprocess_targets=(test_core_units test_engine test_comm_gloo test_rendezvous
+inprocess_targets=(test_core_units test_engine test_comm_gloo test_comm_shm test_rendezvous
                    test_observability test_reliability_api)
 if [ "${KOLO_SKIP_SANITIZERS:-0}" != "1" ]; then
   for preset in asan tsan; do

@@ -179,5 +179,42 @@ TEST(LaunchInfo, InconsistentOrMissingValuesAreClearErrors) {
   }
 }
 
+TEST(Config, SharedMemoryAndHierarchicalSwitches) {
+  Config c = Config::fromEnv(envOf({}));
+  EXPECT_FALSE(c.shm.has_value());  // auto
+  EXPECT_FALSE(c.hierarchicalAllreduce.has_value());
+  EXPECT_FALSE(c.hierarchicalAllgather.has_value());
+
+  c = Config::fromEnv(envOf({{"KOLO_SHM", "0"},
+                             {"KOLO_HIERARCHICAL_ALLREDUCE", "1"},
+                             {"KOLO_HIERARCHICAL_ALLGATHER", "off"}}));
+  EXPECT_EQ(c.shm, false);
+  EXPECT_EQ(c.hierarchicalAllreduce, true);
+  EXPECT_EQ(c.hierarchicalAllgather, false);
+  EXPECT_FALSE(Config::fromEnv(envOf({{"KOLO_SHM", "auto"}})).shm.has_value());
+
+  // Horovod's names are aliases; kolo's own name wins when both are set.
+  c = Config::fromEnv(envOf({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                             {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"}}));
+  EXPECT_EQ(c.hierarchicalAllreduce, true);
+  EXPECT_EQ(c.hierarchicalAllgather, false);
+  c = Config::fromEnv(envOf({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                             {"KOLO_HIERARCHICAL_ALLREDUCE", "0"}}));
+  EXPECT_EQ(c.hierarchicalAllreduce, false);
+
+  for (const auto& [var, value] : std::map<std::string, std::string>{
+           {"KOLO_SHM", "maybe"},
+           {"KOLO_HIERARCHICAL_ALLREDUCE", "2"},
+           {"HOROVOD_HIERARCHICAL_ALLGATHER", "yes please"}}) {
+    try {
+      Config::fromEnv(envOf({{var, value}}));
+      ADD_FAILURE() << var << "=" << value << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("auto"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kolo

@@ -1,8 +1,15 @@
-// Every operation x dtype x reduce op through real engines (Gloo), N ranks
-// as threads, checked against references computed here.
+// Every operation x dtype x reduce op through real engines, N ranks as
+// threads, checked against references computed here. Placements: all ranks
+// on one host (the shared-memory data plane), two ranks per "host"
+// (hierarchical at 4 ranks, the flat fallback at 3: hosts of 2 and 1), and
+// shared memory off (Gloo).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cmath>
+#include <mutex>
 #include <tuple>
 
 #include "core/ops_util.h"
@@ -29,12 +36,23 @@ std::string label(const std::string& what, int size, DataType dtype, ReduceOp op
          " n=" + std::to_string(n);
 }
 
-class EngineOps : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
+enum class Placement { kOneHost, kTwoPerHost, kNoSharedMemory };
+
+Config configFor(Placement placement) {
+  Config config = testConfig();
+  if (placement == Placement::kTwoPerHost) {
+    config.hostKeyOverride = [](int rank) { return "host " + std::to_string(rank / 2); };
+  }
+  if (placement == Placement::kNoSharedMemory) config.shm = false;
+  return config;
+}
+
+class EngineOps : public ::testing::TestWithParam<std::tuple<int, DataType, Placement>> {};
 
 TEST_P(EngineOps, AllreduceMatchesReference) {
-  const auto [size, dtype] = GetParam();
+  const auto [size, dtype, placement] = GetParam();
   const std::vector<size_t> counts = {0, 1, 7, 1027};
-  spawn(size, [&](int rank, Engine& engine) {
+  spawn(size, [&, size = size, dtype = dtype](int rank, Engine& engine) {
     for (ReduceOp op : kAllOps) {
       if (dtype == DataType::kBool && op == ReduceOp::kAverage) continue;
       std::vector<std::vector<char>> bufs;
@@ -58,12 +76,12 @@ TEST_P(EngineOps, AllreduceMatchesReference) {
         }
       }
     }
-  });
+  }, configFor(placement));
 }
 
 TEST_P(EngineOps, BroadcastAllgatherAlltoallReducescatter) {
-  const auto [size, dtype] = GetParam();
-  spawn(size, [&](int rank, Engine& engine) {
+  const auto [size, dtype, placement] = GetParam();
+  spawn(size, [&, size = size, dtype = dtype](int rank, Engine& engine) {
     // broadcast from every root, out of place
     for (int root = 0; root < size; ++root) {
       auto in = makeBuffer(dtype, 5, rank);
@@ -157,16 +175,29 @@ TEST_P(EngineOps, BroadcastAllgatherAlltoallReducescatter) {
             << "reducescatter element " << gi;
       }
     }
-  });
+  }, configFor(placement));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, EngineOps,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::ValuesIn(kAllDtypes)),
-    [](const auto& info) {
-      return std::string("np") + std::to_string(std::get<0>(info.param)) + "_" +
-             toString(std::get<1>(info.param));
-    });
+std::string opsName(const ::testing::TestParamInfo<std::tuple<int, DataType, Placement>>& info) {
+  return std::string("np") + std::to_string(std::get<0>(info.param)) + "_" +
+         toString(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineOps,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::ValuesIn(kAllDtypes),
+                                            ::testing::Values(Placement::kOneHost)),
+                         opsName);
+INSTANTIATE_TEST_SUITE_P(TwoPerHost, EngineOps,
+                         ::testing::Combine(::testing::Values(3, 4),
+                                            ::testing::ValuesIn(kAllDtypes),
+                                            ::testing::Values(Placement::kTwoPerHost)),
+                         opsName);
+INSTANTIATE_TEST_SUITE_P(NoSharedMemory, EngineOps,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::ValuesIn(kAllDtypes),
+                                            ::testing::Values(Placement::kNoSharedMemory)),
+                         opsName);
 
 // Horovod's scaling rules, written out independently of kolo's reduce.cc:
 // each rank scales its input (integers in float64 truncated, float16/bfloat16
@@ -288,6 +319,97 @@ TEST(EngineOpsLarge, EightRanksLargeFloatAverageWithScales) {
       ASSERT_NEAR(data[i], 3.5f + static_cast<float>(i % 5), 1e-5) << i;
     }
   });
+}
+
+// The data plane each engine builds, as its log says, for a placement.
+std::vector<std::string> dataPlaneLines(int size, Config config) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  config.logLevel = LogLevel::kDebug;
+  config.logSink = [&](LogLevel level, const std::string& line) {
+    if (line.find("cpu data plane") == std::string::npos && level < LogLevel::kWarning) return;
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  spawn(size, [](int, Engine&) {}, config);
+  return lines;
+}
+
+bool anyHas(const std::vector<std::string>& lines, const std::string& text) {
+  for (const auto& l : lines) {
+    if (l.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(EngineDataPlane, ChosenByWhereTheRanksRun) {
+  auto lines = dataPlaneLines(2, configFor(Placement::kOneHost));
+  EXPECT_TRUE(anyHas(lines, "cpu data plane shm (2 ranks on one host)")) << lines.front();
+  lines = dataPlaneLines(4, configFor(Placement::kTwoPerHost));
+  EXPECT_TRUE(anyHas(lines, "cpu data plane hierarchical (2 hosts of 2 ranks: shm within hosts, "
+                            "gloo across them; allreduce two-level, allgather/broadcast "
+                            "two-level)"))
+      << lines.front();
+  lines = dataPlaneLines(3, configFor(Placement::kTwoPerHost));
+  EXPECT_TRUE(anyHas(lines, "cpu data plane gloo (hosts of 2 and 1 ranks: hierarchical "
+                            "collectives need the same number of ranks on every host)"))
+      << lines.front();
+  EXPECT_FALSE(anyHas(lines, "KOLO_HIERARCHICAL_*"));
+  lines = dataPlaneLines(2, configFor(Placement::kNoSharedMemory));
+  EXPECT_TRUE(anyHas(lines, "cpu data plane gloo (shared memory off)")) << lines.front();
+}
+
+TEST(EngineDataPlane, AskedForHierarchicalOnUnevenHostsWarnsAndFallsBack) {
+  Config config = configFor(Placement::kTwoPerHost);
+  config.hierarchicalAllreduce = true;
+  auto lines = dataPlaneLines(3, config);
+  EXPECT_TRUE(anyHas(lines, "[warning] cpu data plane: gloo (hosts of 2 and 1 ranks: "
+                            "hierarchical collectives need the same number of ranks on every "
+                            "host; KOLO_HIERARCHICAL_*=1 cannot apply)"))
+      << lines.front();
+}
+
+// Shared memory that cannot be set up (here: a file-size limit below the
+// data segment's size, as a full /dev/shm would refuse it) is reported to
+// every rank, and every rank falls back to the network data plane.
+TEST(EngineDataPlane, SharedMemorySetupFailureFallsBackToTheNetworkOnEveryRank) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto* previous = signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 1 << 20;  // the control segment fits, the data segment does not
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::vector<std::string> lines;
+  std::vector<float> sums(2);
+  {
+    Config config = configFor(Placement::kOneHost);
+    std::mutex mu;
+    config.logLevel = LogLevel::kDebug;
+    config.logSink = [&](LogLevel level, const std::string& line) {
+      if (line.find("cpu data plane") == std::string::npos && level < LogLevel::kWarning) return;
+      std::lock_guard<std::mutex> lock(mu);
+      lines.push_back(line);
+    };
+    spawn(
+        2,
+        [&](int rank, Engine& engine) {
+          float x = static_cast<float>(rank + 1);
+          engine.enqueue(makeRequest("x", OpType::kAllreduce, DataType::kFloat32, {1}),
+                         Entry{&x, &x, {}, {}})
+              .wait();
+          sums[rank] = x;
+        },
+        config);
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, previous);
+  EXPECT_EQ(sums, (std::vector<float>{3.0f, 3.0f}));
+  EXPECT_TRUE(anyHas(lines, "[warning] cpu data plane: gloo (shared memory unavailable: shm data "
+                            "setup failed: rank 0: shm: cannot reserve"))
+      << (lines.empty() ? "" : lines.front());
+  int fellBack = 0;
+  for (const auto& l : lines) fellBack += l.find("cpu data plane gloo (shared memory unavailable") != std::string::npos;
+  EXPECT_EQ(fellBack, 2) << "every rank falls back";
 }
 
 }  // namespace

@@ -140,4 +140,61 @@ TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
   EXPECT_LT(took, std::chrono::seconds(12));
 }
 
+TEST(MultiProcess, EveryOpOnSharedMemory) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(startWorker(r, 3, server.port(), "every-op", "20"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
+    EXPECT_NE(w.output.find("EVERY-OP"), std::string::npos) << w.output;
+  }
+}
+
+// Three ranks of one host on shared memory (the default), 64 MB allreduces
+// back to back, rank 1 killed or stopped 300 ms in (most likely inside a
+// collective): the others fail naming it, detected by the shared-memory
+// control or data plane, within the timeout.
+void expectMidCollectiveFaultNamed(const std::string& scenario, const std::string& expected) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(startWorker(r, 3, server.port(), scenario, "3"));
+  auto start = std::chrono::steady_clock::now();
+  for (int r : {0, 2}) finish(workers[r], start + std::chrono::seconds(30));
+  auto took = std::chrono::steady_clock::now() - start;
+  kill(workers[1].pid, SIGKILL);
+  finish(workers[1], start + std::chrono::seconds(30));
+  for (int r : {0, 2}) {
+    const Worker& w = workers[r];
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 3) << w.output;
+    EXPECT_NE(w.output.find("rank 1"), std::string::npos) << w.output;
+    EXPECT_NE(w.output.find(": shm "), std::string::npos) << w.output;
+    EXPECT_NE(w.output.find(expected), std::string::npos) << w.output;
+  }
+  // 300 ms to the fault, the 3 s timeout (stop), up to 5 s naming the rank.
+  EXPECT_LT(took, std::chrono::seconds(12));
+  // The job's segments (names from its store) are gone from /dev/shm:
+  // removed once every rank had mapped them, before the fault.
+  auto store = server.localStore();
+  for (const char* key : {"kolo/1/control/shm-control/shm/segment",
+                          "kolo/1/data/shm-data/shm/segment"}) {
+    auto value = store->get(key, std::chrono::seconds(1));
+    const std::string name(value.begin(), value.end());
+    EXPECT_EQ(name.rfind("/kolo-", 0), 0u) << key << ": " << name;
+    EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0) << name << " left in /dev/shm";
+  }
+  std::printf("[detect] shm %s: survivors exited %.1f s after start; rank 0: %s",
+              scenario.c_str(), std::chrono::duration<double>(took).count(),
+              workers[0].output.c_str());
+}
+
+TEST(MultiProcess, KilledPeerMidCollectiveOnSharedMemory) {
+  expectMidCollectiveFaultNamed("kill-mid", "rank 1 exited (process ");
+}
+
+TEST(MultiProcess, StoppedPeerMidCollectiveOnSharedMemory) {
+  expectMidCollectiveFaultNamed("stop-mid", "rank 1 made no progress for 3000 ms (its process ");
+}
+
 }  // namespace

@@ -63,11 +63,43 @@ TEST(Autotuner, FindsTheBestGridPointOfASyntheticModelInBoundedSteps) {
   }
 }
 
+// On a hierarchical data plane the tuner also scores flat against
+// two-level allreduce (last), and keeps the faster; elsewhere it never
+// proposes a switch.
+TEST(Autotuner, ChoosesBetweenFlatAndTwoLevelAllreduceWhereThePlaneCanSwitch) {
+  Config config;
+  config.autotuneWarmupSamples = 0;
+  config.autotuneSamples = 1;
+  config.autotuneSampleTime = std::chrono::milliseconds(10);
+  for (bool available : {true, false}) {
+    Tunables initial{4 << 20, std::chrono::microseconds(1000), true, true};
+    autotune::Autotuner tuner(config, initial, true, quietLogger(), available);
+    auto rate = [](const Tunables& t) { return t.hierarchicalAllreduce ? 1e9 : 2e9; };
+    Tunables current = initial;
+    auto now = Clock::now();
+    double bytes = 0;
+    bool proposedFlat = false;
+    for (int cycle = 0; cycle < 100000 && !tuner.done(); ++cycle) {
+      now += std::chrono::milliseconds(1);
+      bytes += rate(current) * 1e-3;
+      if (auto d = tuner.onCycle(now, static_cast<uint64_t>(bytes))) {
+        current = d->tunables;
+        proposedFlat = proposedFlat || !current.hierarchicalAllreduce;
+        tuner.onApplied(*d, now, static_cast<uint64_t>(bytes));
+      }
+    }
+    ASSERT_TRUE(tuner.done());
+    EXPECT_EQ(proposedFlat, available);
+    EXPECT_EQ(current.hierarchicalAllreduce, !available) << "available " << available;
+  }
+}
+
 TEST(Autotuner, DecisionWireFormatIsChecked) {
-  autotune::Decision d{{12345, std::chrono::microseconds(2500), false}, true};
+  autotune::Decision d{{12345, std::chrono::microseconds(2500), false, true}, true};
   auto bytes = autotune::encode(d);
   auto back = autotune::decodeDecision(bytes);
   EXPECT_EQ(back.tunables, d.tunables);
+  EXPECT_TRUE(back.tunables.hierarchicalAllreduce);
   EXPECT_TRUE(back.final);
   bytes.pop_back();
   EXPECT_THROW(autotune::decodeDecision(bytes), Internal);
@@ -84,6 +116,10 @@ TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRa
   config.autotuneSamples = 3;
   config.autotuneSampleTime = std::chrono::milliseconds(40);
   config.fusionThresholdBytes = 16 * 1024;  // one tensor per backend call: clearly bad
+  // ... on Gloo, where a call costs tens of microseconds; over shared memory
+  // (the default for ranks of one host) it costs about a microsecond and
+  // small thresholds are no longer clearly worse.
+  config.shm = false;
   const int size = 2;
   std::vector<TuningState> finalState(size);
   std::vector<int> steps(size);
@@ -149,6 +185,55 @@ TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRa
   EXPECT_NE(text.find(",warmup,"), std::string::npos);
   EXPECT_NE(text.find(",chosen,"), std::string::npos);
   std::filesystem::remove(csv);
+}
+
+// Two hosts of two ranks (a hierarchical data plane): the tuner also tries
+// flat allreduce; every rank switches its plane at the same cycle, and the
+// sums stay right whichever way they are computed.
+TEST(Autotune, HierarchicalPlaneSwitchesBetweenFlatAndTwoLevelOnEveryRankAlike) {
+  Config config = testConfig();
+  config.autotune = true;
+  config.autotuneWarmupSamples = 0;
+  config.autotuneSamples = 1;
+  config.autotuneSampleTime = std::chrono::milliseconds(10);
+  config.hostKeyOverride = [](int rank) { return "host " + std::to_string(rank / 2); };
+  const int size = 4;
+  std::vector<TuningState> finalState(size);
+  spawn(
+      size,
+      [&](int rank, Engine& engine) {
+        std::vector<float> grad(100000);
+        auto start = Clock::now();
+        while (true) {
+          std::fill(grad.begin(), grad.end(), static_cast<float>(rank));
+          engine
+              .enqueue(makeRequest("grad", OpType::kAllreduce, DataType::kFloat32, {100000}),
+                       Entry{grad.data(), grad.data(), {}, {}})
+              .wait();
+          ASSERT_EQ(grad[99999], 6.0f);
+          int32_t go = engine.tuning().converged || Clock::now() - start > std::chrono::seconds(60);
+          engine
+              .enqueue(
+                  makeRequest("stop", OpType::kAllreduce, DataType::kInt32, {1}, ReduceOp::kMin),
+                  Entry{&go, &go, {}, {}})
+              .wait();
+          if (go) break;
+        }
+        finalState[rank] = engine.tuning();
+      },
+      config, std::chrono::seconds(120));
+  const TuningState& t0 = finalState[0];
+  ASSERT_TRUE(t0.converged);
+  bool triedFlat = false;
+  for (const auto& change : t0.history) triedFlat = triedFlat || !change.tunables.hierarchicalAllreduce;
+  EXPECT_TRUE(triedFlat);
+  for (int r = 1; r < size; ++r) {
+    ASSERT_EQ(finalState[r].history.size(), t0.history.size()) << "rank " << r;
+    for (size_t i = 0; i < t0.history.size(); ++i) {
+      EXPECT_EQ(finalState[r].history[i].cycle, t0.history[i].cycle) << "change " << i;
+      EXPECT_EQ(finalState[r].history[i].tunables, t0.history[i].tunables) << "change " << i;
+    }
+  }
 }
 
 }  // namespace

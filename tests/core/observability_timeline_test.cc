@@ -95,10 +95,12 @@ void runSteps(Engine& engine, int rank, const std::string& prefix, int steps) {
   }
 }
 
-const std::vector<std::string> kFusedSpans = {"ALLREDUCE",      "NEGOTIATE",
-                                              "QUEUE",          "MEMCPY_IN_FUSION_BUFFER",
-                                              "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"};
-const std::vector<std::string> kSingleSpans = {"ALLREDUCE", "NEGOTIATE", "QUEUE", "GLOO_ALLREDUCE"};
+// The ranks are threads of one host: the data plane is shared memory.
+const std::string kDataPlaneSpan = "SHM_ALLREDUCE";
+const std::vector<std::string> kFusedSpans = {"ALLREDUCE",    "NEGOTIATE",
+                                              "QUEUE",        "MEMCPY_IN_FUSION_BUFFER",
+                                              kDataPlaneSpan, "MEMCPY_OUT_FUSION_BUFFER"};
+const std::vector<std::string> kSingleSpans = {"ALLREDUCE", "NEGOTIATE", "QUEUE", kDataPlaneSpan};
 
 TEST(Timeline, EveryRankWritesJsonWithTheDocumentedSpansPerTensor) {
   fs::path dir = freshDir("spans");
@@ -119,7 +121,7 @@ TEST(Timeline, EveryRankWritesJsonWithTheDocumentedSpansPerTensor) {
     bool cycles = false, bytes = false;
     for (const auto& e : trace.array) {
       cycles = cycles || e["name"].str == "CYCLE";
-      if (e["name"].str == "GLOO_ALLREDUCE" && e["ph"].str == "B") {
+      if (e["name"].str == kDataPlaneSpan && e["ph"].str == "B") {
         bytes = bytes || e["args"]["bytes"].number == 4 * 256 * 4;
       }
     }
@@ -147,11 +149,38 @@ TEST(Timeline, AProcessSetsTensorsHaveTheirOwnRows) {
       config);
   auto spans = spansByTensor(json::parse(readFile((dir / "trace.json").string())));
   EXPECT_EQ(spans["x"], kSingleSpans);
-  EXPECT_EQ(spans["x [process set 1]"], kSingleSpans);
+  // A set of one rank needs no shared memory: its plane is plain Gloo.
+  const std::vector<std::string> oneRankSpans = {"ALLREDUCE", "NEGOTIATE", "QUEUE",
+                                                 "GLOO_ALLREDUCE"};
+  EXPECT_EQ(spans["x [process set 1]"], oneRankSpans);
   EXPECT_EQ(spans.count("x [process set 2]"), 0u);  // rank 0 is not in set 2
   auto rank1 = spansByTensor(json::parse(readFile((dir / "trace.rank1.json").string())));
   EXPECT_EQ(rank1["x"], kSingleSpans);
-  EXPECT_EQ(rank1["x [process set 2]"], kSingleSpans);
+  EXPECT_EQ(rank1["x [process set 2]"], oneRankSpans);
+}
+
+TEST(Timeline, AProcessSetOnOneHostReducesOverSharedMemory) {
+  // 4 ranks on 2 "hosts": the job's plane is hierarchical; set 1 (ranks 0
+  // and 1, one host) picks shared memory for itself.
+  fs::path dir = freshDir("sethost");
+  Config config = testConfig();
+  config.timelinePath = (dir / "trace.json").string();
+  config.hostKeyOverride = [](int rank) { return "host " + std::to_string(rank / 2); };
+  spawnWithSets(
+      4, {{0, 1}},
+      [&](int rank, Engine& engine) {
+        std::vector<float> v(8, 1.0f);
+        if (rank < 2) {
+          Request q = makeRequest("y", OpType::kAllreduce, DataType::kFloat32, {8});
+          q.processSet = 1;
+          engine.enqueue(q, Entry{v.data(), v.data(), {}, {}}).wait();
+          EXPECT_EQ(v[0], 2.0f);  // the sum over the set's two ranks
+        }
+        engine.barrier().wait();
+      },
+      config);
+  auto spans = spansByTensor(json::parse(readFile((dir / "trace.json").string())));
+  EXPECT_EQ(spans["y [process set 1]"], kSingleSpans);  // SHM_ALLREDUCE
 }
 
 TEST(Timeline, FileCutOffMidRunIsAnArrayMissingOnlyItsBracket) {

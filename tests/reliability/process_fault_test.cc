@@ -1,6 +1,8 @@
 // Process faults under kolorun: one rank of a LibTorch training job
 // (fault_worker.cc) is killed, stopped, throws in a gradient hook or leaves
-// early, on Gloo (kolorun) and on MPI (kolorun --mpi), with 2 and 3 ranks.
+// early, on Gloo (kolorun, KOLO_SHM=0) and on MPI (kolorun --mpi), with 2
+// and 3 ranks; killed or stopped on shared memory (kolorun's default for
+// ranks of one host).
 // Every case checks, with KOLO_TIMEOUT=5:
 //   - every survivor fails with an error naming the lost rank (and, for a
 //     throw, its message), within KOLO_TIMEOUT plus a bounded slack from the
@@ -52,7 +54,7 @@ constexpr auto kSoftLimit = seconds(26);
 constexpr auto kHardLimit = seconds(52);
 
 struct Case {
-  std::string backend;  // gloo | mpi
+  std::string backend;  // shm | gloo | mpi
   std::string fault;    // kill | stop | throw-in-hook | exit-early
   int np;
   int faultRank;
@@ -117,7 +119,9 @@ TEST_P(ProcessFault, SurvivorsNameTheLostRank) {
 
   const std::string what = caseName({c, 0});
   Watchdog dog(what, kSoftLimit, kHardLimit, marker_);
-  Running run(argv);
+  // gloo: the network backend even though every rank is local.
+  Running run(argv, c.backend == "gloo" ? std::vector<std::string>{"KOLO_SHM=0"}
+                                        : std::vector<std::string>{});
   dog.watch(run.pid());
   auto r = run.wait(kHardLimit - seconds(5));
   const int64_t exitedAt = realtimeMs();
@@ -207,6 +211,12 @@ TEST_P(ProcessFault, SurvivorsNameTheLostRank) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
+  // shm: kolo's default for ranks of one host (shared memory for control and
+  // data): a rank killed mid-backward (2 and 3 ranks) or stopped there. (A
+  // stopped rank of three: tests/core/multiprocess_test.cc.)
+  out.push_back({"shm", "kill", 2, 1});
+  out.push_back({"shm", "kill", 3, 0});
+  out.push_back({"shm", "stop", 2, 1});
   for (const char* backend : {"gloo", "mpi"}) {
     for (const char* fault : {"kill", "stop", "throw-in-hook", "exit-early"}) {
       out.push_back({backend, fault, 2, 1});

@@ -64,11 +64,33 @@ struct Config {
   // KOLO_IFACE: network interface for the data plane (e.g. eth0); empty =
   // the interface that routes to the rendezvous store.
   std::string iface;
+  // KOLO_SHM: shared memory among the ranks of a host: the control and data
+  // plane of a group whose ranks all share one host, and the local stage of
+  // hierarchical collectives. Off: KOLO_CONTROLLER / KOLO_CPU_OPERATIONS
+  // everywhere. nullopt (unset or "auto"): on, except when KOLO_CONTROLLER
+  // and KOLO_CPU_OPERATIONS are both mpi (MPI then carries everything, with
+  // shared memory of its own within a host, and needs no rendezvous store).
+  std::optional<bool> shm;
+  // KOLO_HIERARCHICAL_ALLREDUCE (alias HOROVOD_HIERARCHICAL_ALLREDUCE):
+  // allreduce across hosts as a shared-memory reduce-scatter in each host,
+  // an allreduce of each slice among the ranks of equal local rank, and a
+  // shared-memory allgather. nullopt (unset or "auto"): on when the group
+  // spans several hosts with the same number (> 1) of ranks each; with
+  // KOLO_AUTOTUNE the autotuner then picks flat or hierarchical.
+  std::optional<bool> hierarchicalAllreduce;
+  // KOLO_HIERARCHICAL_ALLGATHER (alias HOROVOD_HIERARCHICAL_ALLGATHER): the
+  // same two levels for allgather and broadcast.
+  std::optional<bool> hierarchicalAllgather;
 
   // Not from the environment: when set, every log line of the engine is
   // also passed here (rank-tagged, formatted), from whichever thread logs.
   // For tests and applications that collect logs themselves.
   std::function<void(LogLevel level, const std::string& line)> logSink;
+  // Not from the environment: when set, the host of each rank of a group
+  // (called with the rank in the group) instead of the detected one; ranks
+  // with equal strings share memory. For tests that run several "hosts" as
+  // threads of one process.
+  std::function<std::string(int rank)> hostKeyOverride;
 
   static Config fromEnv(const EnvLookup& env = processEnv());
 };

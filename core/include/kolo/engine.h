@@ -116,10 +116,13 @@ struct Tunables {
   int64_t fusionThresholdBytes = 0;
   std::chrono::microseconds cycleTime{0};
   bool cacheEnabled = true;
+  // Allreduce in two levels across hosts (only where the data plane is
+  // hierarchical: KOLO_HIERARCHICAL_ALLREDUCE).
+  bool hierarchicalAllreduce = false;
 
   bool operator==(const Tunables& o) const {
     return fusionThresholdBytes == o.fusionThresholdBytes && cycleTime == o.cycleTime &&
-           cacheEnabled == o.cacheEnabled;
+           cacheEnabled == o.cacheEnabled && hierarchicalAllreduce == o.hierarchicalAllreduce;
   }
   bool operator!=(const Tunables& o) const { return !(*this == o); }
 };

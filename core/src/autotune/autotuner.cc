@@ -9,8 +9,8 @@
 namespace kolo::autotune {
 namespace {
 
-constexpr uint32_t kDecisionVersion = 1;
-constexpr size_t kDecisionBytes = 4 + 8 + 8 + 1 + 1;
+constexpr uint32_t kDecisionVersion = 2;
+constexpr size_t kDecisionBytes = 4 + 8 + 8 + 1 + 1 + 1;
 // A candidate must beat the incumbent by this factor to replace it, so
 // measurement noise does not move the choice between equivalent settings.
 constexpr double kMinGain = 1.01;
@@ -32,6 +32,7 @@ std::vector<char> encode(const Decision& d) {
   std::memcpy(p + 12, &cycleUs, 8);
   p[20] = d.tunables.cacheEnabled ? 1 : 0;
   p[21] = d.final ? 1 : 0;
+  p[22] = d.tunables.hierarchicalAllreduce ? 1 : 0;
   return out;
 }
 
@@ -46,12 +47,14 @@ Decision decodeDecision(const std::vector<char>& bytes) {
   std::memcpy(&d.tunables.fusionThresholdBytes, bytes.data() + 4, 8);
   std::memcpy(&cycleUs, bytes.data() + 12, 8);
   if (version != kDecisionVersion || d.tunables.fusionThresholdBytes < 0 || cycleUs < 0 ||
-      static_cast<unsigned char>(bytes[20]) > 1 || static_cast<unsigned char>(bytes[21]) > 1) {
+      static_cast<unsigned char>(bytes[20]) > 1 || static_cast<unsigned char>(bytes[21]) > 1 ||
+      static_cast<unsigned char>(bytes[22]) > 1) {
     throw Internal("malformed autotune message: bad version or value");
   }
   d.tunables.cycleTime = std::chrono::microseconds(cycleUs);
   d.tunables.cacheEnabled = bytes[20] == 1;
   d.final = bytes[21] == 1;
+  d.tunables.hierarchicalAllreduce = bytes[22] == 1;
   return d;
 }
 
@@ -68,14 +71,15 @@ std::vector<std::chrono::microseconds> Autotuner::cycleGrid() {
 }
 
 Autotuner::Key Autotuner::keyOf(const Tunables& t) {
-  return {t.fusionThresholdBytes, t.cycleTime.count(), t.cacheEnabled};
+  return {t.fusionThresholdBytes, t.cycleTime.count(), t.cacheEnabled, t.hierarchicalAllreduce};
 }
 
 Autotuner::Autotuner(const Config& config, const Tunables& initial, bool cacheAvailable,
-                     std::shared_ptr<spdlog::logger> log)
+                     std::shared_ptr<spdlog::logger> log, bool hierarchyAvailable)
     : config_(config),
       log_(std::move(log)),
       cacheAvailable_(cacheAvailable),
+      hierarchyAvailable_(hierarchyAvailable),
       start_(Clock::now()),
       current_(initial),
       best_(initial),
@@ -139,6 +143,14 @@ std::optional<Decision> Autotuner::next() {
         }
         break;
       case Phase::kCache:
+        phase_ = Phase::kHierarchy;
+        if (hierarchyAvailable_) {
+          Tunables c = best_;
+          c.hierarchicalAllreduce = !c.hierarchicalAllreduce;
+          candidates_.push_back(c);
+        }
+        break;
+      case Phase::kHierarchy:
         phase_ = Phase::kFinal;
         return Decision{best_, true};
       case Phase::kFinal:
@@ -175,9 +187,10 @@ std::optional<Decision> Autotuner::onCycle(Clock::time_point now, uint64_t bytes
   const double score = median(samples_);
   scores_[keyOf(current_)] = score;
   logRow("score", 0, 0, score);
-  log_->info("autotune: fusion threshold {} B, cycle time {} us, cache {}: {:.1f} MB/s",
+  log_->info("autotune: fusion threshold {} B, cycle time {} us, cache {}, allreduce {}: {:.1f} MB/s",
              current_.fusionThresholdBytes, current_.cycleTime.count(),
-             current_.cacheEnabled ? "on" : "off", score / 1e6);
+             current_.cacheEnabled ? "on" : "off",
+             current_.hierarchicalAllreduce ? "two-level" : "flat", score / 1e6);
   if (bestScore_ < 0 || score > bestScore_ * kMinGain) {
     best_ = current_;
     bestScore_ = score;
@@ -200,9 +213,10 @@ void Autotuner::onApplied(const Decision& d, Clock::time_point now, uint64_t byt
     logRow("chosen", 0, 0, bestScore_);
     log_->info(
         "autotune: done after {} settings: fusion threshold {} B, cycle time {} us, "
-        "cache {} ({:.1f} MB/s)",
+        "cache {}, allreduce {} ({:.1f} MB/s)",
         scores_.size(), best_.fusionThresholdBytes, best_.cycleTime.count(),
-        best_.cacheEnabled ? "on" : "off", bestScore_ / 1e6);
+        best_.cacheEnabled ? "on" : "off", best_.hierarchicalAllreduce ? "two-level" : "flat",
+        bestScore_ / 1e6);
   }
 }
 

@@ -3,10 +3,11 @@
 //
 // Method: coordinate descent over small fixed grids. Starting from the
 // configured values it scores every threshold (cycle time and cache held),
-// keeps the best, then every cycle time, then the cache flipped. A score is
+// keeps the best, then every cycle time, then the cache flipped, then (on a
+// hierarchical data plane) flat vs two-level allreduce. A score is
 // the median of KOLO_AUTOTUNE_SAMPLES samples of KOLO_AUTOTUNE_SAMPLE_TIME
 // each, taken after KOLO_AUTOTUNE_WARMUP_SAMPLES discarded ones. At most
-// |thresholds| + |cycle times| + 2 settings are scored; then the best is
+// |thresholds| + |cycle times| + 3 settings are scored; then the best is
 // applied for good and exploring stops.
 //
 // Only rank 0 runs an Autotuner. Its decisions reach every rank through the
@@ -45,9 +46,11 @@ class Autotuner {
   using Clock = std::chrono::steady_clock;
 
   // initial: the tunables in force now. cacheAvailable: false when the
-  // cache has capacity 0 (then on/off is not tuned).
+  // cache has capacity 0 (then on/off is not tuned). hierarchyAvailable:
+  // the data plane can switch allreduce between flat and two-level (then
+  // both are scored, last).
   Autotuner(const Config& config, const Tunables& initial, bool cacheAvailable,
-            std::shared_ptr<spdlog::logger> log);
+            std::shared_ptr<spdlog::logger> log, bool hierarchyAvailable = false);
   ~Autotuner();
 
   Autotuner(const Autotuner&) = delete;
@@ -67,7 +70,7 @@ class Autotuner {
   static std::vector<std::chrono::microseconds> cycleGrid();
 
  private:
-  using Key = std::tuple<int64_t, int64_t, bool>;
+  using Key = std::tuple<int64_t, int64_t, bool, bool>;
   static Key keyOf(const Tunables& t);
 
   std::optional<Decision> next();  // the next untested candidate or the final choice
@@ -76,10 +79,11 @@ class Autotuner {
   const Config& config_;
   std::shared_ptr<spdlog::logger> log_;
   const bool cacheAvailable_;
+  const bool hierarchyAvailable_;
   FILE* csv_ = nullptr;
   Clock::time_point start_;
 
-  enum class Phase { kThreshold, kCycle, kCache, kFinal };
+  enum class Phase { kThreshold, kCycle, kCache, kHierarchy, kFinal };
   Phase phase_ = Phase::kThreshold;
   std::vector<Tunables> candidates_;  // left in this phase
 

@@ -47,6 +47,13 @@ class Collectives {
   virtual void reducescatter(const void* in, void* out,
                              const std::vector<size_t>& recvCounts,
                              DataType dtype, ReduceOp op) = 0;
+
+  // Two-level allreduce across hosts (comm/hierarchical): whether this plane
+  // can switch it, whether it is on, and switching it between operations
+  // (the autotuner's choice: the same on every rank at the same point).
+  virtual bool canSwitchTwoLevelAllreduce() const { return false; }
+  virtual bool twoLevelAllreduce() const { return false; }
+  virtual void setTwoLevelAllreduce(bool) {}
 };
 
 }  // namespace kolo::comm

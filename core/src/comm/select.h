@@ -23,6 +23,30 @@ std::unique_ptr<ControlChannel> createControlChannel(const std::string& backend,
 std::unique_ptr<Collectives> createCollectives(const std::string& backend,
                                                const BackendArgs& args);
 
+// The CPU data plane of a group, chosen from args.config and where the
+// group's ranks run (learned through args.store, so any group works; the
+// job's local rank/size are not used):
+//   - every rank on one host, KOLO_SHM on: shared memory (comm/shm);
+//   - several hosts with the same number (> 1) of ranks each, KOLO_SHM on and
+//     hierarchical allreduce or allgather not switched off: two levels
+//     (comm/hierarchical), shared memory within hosts and
+//     KOLO_CPU_OPERATIONS across them and for the ops that stay flat;
+//   - otherwise KOLO_CPU_OPERATIONS over the whole group (also where a
+//     hierarchical op was asked for but the hosts differ in rank count).
+// Collective over the group. When choice is not null it receives one line
+// saying what was chosen and why (for the engine's log); *fellBack is set
+// when KOLO_HIERARCHICAL_* asked for two levels that cannot apply, or when
+// shared memory could not be set up on one host (e.g. /dev/shm full): every
+// rank then uses the network backend.
+std::unique_ptr<Collectives> createCpuDataPlane(const BackendArgs& args,
+                                                std::string* choice = nullptr,
+                                                bool* fellBack = nullptr);
+
+// The control channel of a group: shared memory when every rank is on one
+// host and KOLO_SHM is on (and it can be set up), else KOLO_CONTROLLER.
+// Collective over the group.
+std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args);
+
 // The data plane for CUDA tensors (KOLO_GPU_OPERATIONS): "nccl", or "mpi" /
 // "gloo" over pinned host staging (comm/cuda/staged_collectives.h). Buffers
 // passed to it are device pointers; its work is ordered on the comm streams

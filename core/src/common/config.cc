@@ -66,6 +66,23 @@ std::string parseChoice(const std::string& name, const std::string& value,
   badValue(name, value, "one of " + accepted);
 }
 
+// A switch that may be left to kolo: unset or "auto" is nullopt. The
+// Horovod name is read when kolo's is unset.
+std::optional<bool> parseAuto(const EnvLookup& env, const std::string& name,
+                              const std::string& alias) {
+  std::string used = name;
+  auto v = env(name);
+  if (!v && !alias.empty()) {
+    v = env(alias);
+    used = alias;
+  }
+  if (!v || *v == "auto") return std::nullopt;
+  if (v->empty()) return false;
+  if (*v == "1" || *v == "true" || *v == "yes" || *v == "on") return true;
+  if (*v == "0" || *v == "false" || *v == "no" || *v == "off") return false;
+  badValue(used, *v, "1/0, true/false, yes/no, on/off or auto");
+}
+
 std::chrono::milliseconds seconds(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
 }
@@ -141,6 +158,11 @@ Config Config::fromEnv(const EnvLookup& env) {
     c.gpuOperations = parseChoice("KOLO_GPU_OPERATIONS", *v, {"nccl", "mpi", "gloo"});
   }
   if (auto v = env("KOLO_IFACE")) c.iface = *v;
+  c.shm = parseAuto(env, "KOLO_SHM", "");
+  c.hierarchicalAllreduce = parseAuto(env, "KOLO_HIERARCHICAL_ALLREDUCE",
+                                      "HOROVOD_HIERARCHICAL_ALLREDUCE");
+  c.hierarchicalAllgather = parseAuto(env, "KOLO_HIERARCHICAL_ALLGATHER",
+                                      "HOROVOD_HIERARCHICAL_ALLGATHER");
   // Under mpirun with neither variable set, MPI carries both control and
   // data (in builds with MPI); setting either one turns this off.
   if (KOLO_WITH_MPI && !env("KOLO_CONTROLLER") && !env("KOLO_CPU_OPERATIONS") &&

@@ -100,11 +100,6 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
       throw InvalidArgument(std::string("KOLO_TIMELINE: ") + e.what());
     }
   }
-  if (config.autotune && identity.rank == 0) {
-    tuner = std::make_unique<autotune::Autotuner>(config, tunables, config.cacheCapacity > 0,
-                                                  log);
-  }
-  tuningState.current = tunables;
   store = generationStore(identity, rootStore);
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
   localAddress = localAddressFor(identity, *rootStore);
@@ -113,6 +108,19 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
   for (int r = 0; r < identity.size; ++r) all[r] = r;
   table.add(0, all);
   sets[0] = connectProcessSet(processSetContext(), 0, all);
+  // Set 0's data plane decides whether allreduce may switch between flat
+  // and two-level; every rank's plane starts the same way.
+  comm::Collectives& plane = sets[0]->executor->collectives();
+  tunables.hierarchicalAllreduce = plane.twoLevelAllreduce();
+  if (config.autotune && identity.rank == 0) {
+    tuner = std::make_unique<autotune::Autotuner>(
+        config, tunables, config.cacheCapacity > 0, log,
+        plane.canSwitchTwoLevelAllreduce() && !config.hierarchicalAllreduce.has_value());
+  }
+  tuningState.current = tunables;
+  if (sets[0]->dataPlaneFellBack && identity.rank == 0) {
+    log->warn("cpu data plane: {}", sets[0]->dataPlane);
+  }
   StartInfo start = exchangeStartInfo(sets[0]->controller->channel(), identity, localAddress,
                                       describeSets(staticSets));
   if (!start.mismatch.empty()) throw InvalidArgument(start.mismatch);
@@ -134,8 +142,8 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
   }
   for (auto& [setId, set] : sets) set->executor->setTimeline(timeline.get());
   publishPresence(*store, identity.rank);
-  log->debug("engine up: rank {}/{}, controller {}, cpu operations {}, {} process set(s)",
-             identity.rank, identity.size, config.controller, config.cpuOperations,
+  log->debug("engine up: rank {}/{}, controller {}, cpu data plane {}, {} process set(s)",
+             identity.rank, identity.size, config.controller, sets[0]->dataPlane,
              table.all().size());
   thread = std::thread([this] { loopOnLoop(); });
 }

@@ -11,9 +11,18 @@ void Engine::Impl::applyTunedOnLoop(const autotune::Decision& d) {
   // it went off) at this cycle on every rank.
   proposal.reset();
   const EngineStats total = totalStatsOnLoop();
-  log->debug("tunables at cycle {}: fusion threshold {} B, cycle time {} us, cache {}{}",
+  // Flat or two-level allreduce: every set whose plane can switch follows.
+  for (auto& [id, set] : sets) {
+    comm::Collectives& plane = set->executor->collectives();
+    if (plane.canSwitchTwoLevelAllreduce()) {
+      plane.setTwoLevelAllreduce(tunables.hierarchicalAllreduce);
+    }
+  }
+  log->debug("tunables at cycle {}: fusion threshold {} B, cycle time {} us, cache {}, allreduce {}{}",
              total.cycles, tunables.fusionThresholdBytes, tunables.cycleTime.count(),
-             tunables.cacheEnabled ? "on" : "off", d.final ? " (autotune done)" : "");
+             tunables.cacheEnabled ? "on" : "off",
+             tunables.hierarchicalAllreduce ? "two-level" : "flat",
+             d.final ? " (autotune done)" : "");
   if (tuner) tuner->onApplied(d, std::chrono::steady_clock::now(), total.bytesReduced);
   if (!tunables.cacheEnabled) {
     // Set 0's controller emptied its cache; the other sets empty theirs

@@ -14,13 +14,6 @@ std::string rankList(const std::vector<int>& ranks) {
   return s;
 }
 
-// The one place a data plane is built, for every process set (set 0
-// included), so that choosing another one is a change here only.
-std::unique_ptr<comm::Collectives> createDataPlane(const Config& config,
-                                                   const comm::BackendArgs& args) {
-  return comm::createCollectives(config.cpuOperations, args);
-}
-
 }  // namespace
 
 std::string processSetLabel(int id, const std::vector<int>& ranks) {
@@ -180,10 +173,14 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
                              worldRanks};
   try {
     set->controller = std::make_unique<Controller>(
-        ctx.config, set->identity, comm::createControlChannel(ctx.config.controller, controlArgs),
+        ctx.config, set->identity, comm::createControlPlane(controlArgs),
         set->cache, set->stats, ctx.tunables, set->ranks, set->label);
-    set->executor =
-        std::make_unique<Executor>(set->identity, createDataPlane(ctx.config, dataArgs), set->stats);
+    // Every set (set 0 included) chooses its planes by where its own ranks
+    // run: shared memory on one host, hierarchical across uniform hosts.
+    set->executor = std::make_unique<Executor>(
+        set->identity,
+        comm::createCpuDataPlane(dataArgs, &set->dataPlane, &set->dataPlaneFellBack),
+        set->stats);
   } catch (const Timeout& e) {
     throw Timeout(set->prefixed(e.what()));
   } catch (const PeerFailure& e) {

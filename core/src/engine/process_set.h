@@ -76,6 +76,8 @@ struct ProcessSetState {
   ResponseCache cache;
   std::unique_ptr<Controller> controller;
   std::unique_ptr<Executor> executor;
+  std::string dataPlane;           // what comm::createCpuDataPlane chose, and why
+  bool dataPlaneFellBack = false;  // it fell back from what was asked or expected
   StallInspector stall;
   PendingMap pending;
   std::vector<PendingOp> fresh;      // drained, admitted at the set's next cycle

@@ -1,0 +1,181 @@
+// The shared-memory data plane alone (comm/shm, no engine): allreduce bus
+// bandwidth per size against memcpy, N ranks as forked processes of one
+// host, rendezvous through a FileStore in a fresh temporary directory.
+// For tuning the shm algorithms; the engine-level comparison with MPI and
+// Gloo is bench_allreduce_sweep's kolo-shm column.
+//
+//   bench_shm_planes [--ranks 2] [--min-bytes 4] [--max-bytes 268435456]
+//                    [--seconds 0.2] [--trials 3] [--op
+//                    allreduce|reducescatter|allgather|broadcast]
+//
+// Per size and trial, memcpy (every rank copying at once) and the shm op
+// alternate; the table gives the medians over trials. busbw as in the sweep
+// (allreduce: bytes / time * 2(n-1)/n; reducescatter, allgather: bytes /
+// time * (n-1)/n; broadcast: bytes / time).
+#include <fmt/core.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/shm/collectives.h"
+#include "comm/shm/group.h"
+#include "common.h"
+#include "kolo/store.h"
+
+namespace {
+
+using kolo::bench::Clock;
+using kolo::bench::secondsSince;
+
+struct Options {
+  int ranks = 2;
+  size_t minBytes = 4;
+  size_t maxBytes = size_t(256) << 20;
+  double seconds = 0.2;
+  int trials = 3;
+  std::string op = "allreduce";
+  size_t slotKib = kolo::comm::shm::kDataSlotBytes >> 10;
+};
+
+// One rank: times memcpy and the op per size; rank 0 prints.
+int runRank(const Options& opt, int rank, const std::string& dir) {
+  kolo::Config config = kolo::Config::fromEnv();
+  config.timeout = std::chrono::seconds(60);
+  kolo::Identity id;
+  id.rank = rank;
+  id.size = opt.ranks;
+  auto store = kolo::makeFileStore(dir);
+  auto c = std::make_unique<kolo::comm::shm::Collectives>(kolo::comm::shm::Group::connect(
+      kolo::comm::BackendArgs{config, id, store, ""}, opt.slotKib << 10, "data"));
+  const int n = opt.ranks;
+  std::vector<float> buf(opt.maxBytes / 4 + 16, 1.0f), other(opt.maxBytes / 4 + 16, 0.0f);
+  std::vector<size_t> sizes;
+  for (size_t b = std::max<size_t>(opt.minBytes, 4); b <= opt.maxBytes; b *= 4) sizes.push_back(b);
+  // One float allreduce: ranks agree on a number (max of their estimates).
+  auto agree = [&](double v) {
+    float x = static_cast<float>(v);
+    c->allreduce(&x, 1, kolo::DataType::kFloat32, kolo::ReduceOp::kMax);
+    return static_cast<double>(x);
+  };
+  auto runOp = [&](size_t bytes) {
+    const size_t count = bytes / 4;
+    if (opt.op == "allreduce") {
+      c->allreduce(buf.data(), count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
+    } else if (opt.op == "reducescatter") {
+      std::vector<size_t> counts(n, count / n);
+      counts[0] += count % n;
+      c->reducescatter(buf.data(), other.data(), counts, kolo::DataType::kFloat32,
+                       kolo::ReduceOp::kSum);
+    } else if (opt.op == "allgather") {
+      std::vector<size_t> counts(n, count / n);
+      counts[0] += count % n;
+      c->allgatherv(buf.data(), other.data(), counts, kolo::DataType::kFloat32);
+    } else {
+      c->broadcast(buf.data(), count, kolo::DataType::kFloat32, 0);
+    }
+  };
+  const double factor = opt.op == "allreduce"   ? 2.0 * (n - 1) / n
+                        : opt.op == "broadcast" ? 1.0
+                                                : double(n - 1) / n;
+  if (rank == 0) {
+    fmt::print("shm {} float32, {} ranks (processes), slots of {} KiB, median of {} trials\n",
+               opt.op, n, opt.slotKib, opt.trials);
+    fmt::print("{:<9} {:>12} {:>12} {:>12} {:>10}\n", "size", "memcpy GB/s", "busbw GB/s",
+               "us per call", "busbw/mcpy");
+  }
+  for (size_t bytes : sizes) {
+    std::vector<double> copyTimes, opTimes;
+    for (int t = 0; t < opt.trials; ++t) {
+      // memcpy, every rank at once.
+      runOp(bytes);
+      auto start = Clock::now();
+      std::memcpy(other.data(), buf.data(), bytes);
+      const int copies = static_cast<int>(
+          agree(std::clamp(opt.seconds / std::max(secondsSince(start), 1e-9), 3.0, 100000.0)));
+      agree(0);
+      start = Clock::now();
+      for (int i = 0; i < copies; ++i) {
+        std::memcpy(other.data(), buf.data(), bytes);
+        asm volatile("" : : "r"(other.data()) : "memory");
+      }
+      copyTimes.push_back(secondsSince(start) / copies);
+      start = Clock::now();
+      runOp(bytes);
+      const int calls = static_cast<int>(
+          agree(std::clamp(opt.seconds / std::max(secondsSince(start), 1e-9), 3.0, 100000.0)));
+      agree(0);
+      start = Clock::now();
+      for (int i = 0; i < calls; ++i) runOp(bytes);
+      opTimes.push_back(secondsSince(start) / calls);
+      std::fill(buf.begin(), buf.end(), 1.0f);  // sums must not overflow to inf
+    }
+    const double copy = kolo::bench::median(copyTimes), op = kolo::bench::median(opTimes);
+    const double copyGbps = bytes / copy / 1e9, busbw = bytes / op * factor / 1e9;
+    if (rank == 0) {
+      fmt::print("{:<9} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f}\n", kolo::bench::bytesLabel(bytes),
+                 copyGbps, busbw, op * 1e6, busbw / copyGbps);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{"shared-memory data plane alone: busbw per size vs memcpy"};
+  app.add_option("--ranks", opt.ranks, "ranks (forked processes)")->check(CLI::Range(1, 64));
+  app.add_option("--min-bytes", opt.minBytes, "smallest size (bytes)");
+  app.add_option("--max-bytes", opt.maxBytes, "largest size (bytes)");
+  app.add_option("--seconds", opt.seconds, "timed seconds per size, method and trial (about)");
+  app.add_option("--trials", opt.trials, "trials")->check(CLI::PositiveNumber);
+  app.add_option("--slot-kib", opt.slotKib, "slot per rank in KiB (two halves; default: kolo's)")
+      ->check(CLI::Range(4, 1 << 20));
+  app.add_option("--op", opt.op, "allreduce|reducescatter|allgather|broadcast")
+      ->check(CLI::IsMember({"allreduce", "reducescatter", "allgather", "broadcast"}));
+  CLI11_PARSE(app, argc, argv);
+
+  char templ[] = "/tmp/kolo-shm-bench-XXXXXX";
+  if (mkdtemp(templ) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = templ;
+  std::vector<pid_t> children;
+  for (int r = 1; r < opt.ranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        rc = runRank(opt, r, dir);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "rank {}: {}\n", r, e.what());
+      }
+      std::_Exit(rc);
+    }
+    children.push_back(pid);
+  }
+  int status = 0;
+  try {
+    status = runRank(opt, 0, dir);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rank 0: {}\n", e.what());
+    status = 1;
+  }
+  for (pid_t pid : children) {
+    int s = 0;
+    waitpid(pid, &s, 0);
+    if (!WIFEXITED(s) || WEXITSTATUS(s) != 0) status = 1;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return status;
+}

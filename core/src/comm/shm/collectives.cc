@@ -1,0 +1,339 @@
+#include "comm/shm/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "execution/reduce.h"
+#include "kolo/error.h"
+
+namespace kolo::comm::shm {
+namespace {
+
+constexpr size_t kLine = 64;
+
+void checkReduceOp(ReduceOp op, const char* what) {
+  KOLO_CHECK_ARG(op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax ||
+                     op == ReduceOp::kProduct,
+                 std::string("shm ") + what + ": unsupported reduce op " + toString(op));
+}
+
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+std::vector<size_t> offsetsOf(const std::vector<size_t>& counts) {
+  std::vector<size_t> offsets(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  return offsets;
+}
+
+void copyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+// out = x(0) op x(1) op ... op x(n-1), left to right (rank order).
+template <typename Input>
+void foldInRankOrder(void* out, int n, const Input& x, size_t count, DataType dtype, ReduceOp op) {
+  if (count == 0) return;
+  if (n == 1) {
+    if (out != x(0)) std::memcpy(out, x(0), count * elementSize(dtype));
+    return;
+  }
+  reduceElements(out, x(0), x(1), count, dtype, op);
+  for (int k = 2; k < n; ++k) reduceElements(out, out, x(k), count, dtype, op);
+}
+
+// Part k of a chunk of len elements: [k * part, (k + 1) * part) clipped to
+// len. The part size is the same for every chunk of an operation, so region
+// k of a slot half always holds part k: a short last chunk never writes
+// where a peer may still read the previous use of that half.
+struct Parts {
+  Parts(size_t len, size_t part) : len_(len), part_(part) {}
+  size_t offset(int k) const { return std::min(len_, static_cast<size_t>(k) * part_); }
+  size_t length(int k) const { return std::min(len_, offset(k) + part_) - offset(k); }
+
+ private:
+  size_t len_;
+  size_t part_;
+};
+
+}  // namespace
+
+size_t dataSlotBytes(int ranks) {
+  const size_t fair =
+      kDataSegmentBytes / static_cast<size_t>(std::max(ranks, 1)) / (64 << 10) * (64 << 10);
+  return std::clamp(fair, kMinDataSlotBytes, kDataSlotBytes);
+}
+
+Collectives::Collectives(std::unique_ptr<Group> group)
+    : group_(std::move(group)), halfBytes_(group_->slotBytes() / 2) {
+  KOLO_ENFORCE(halfBytes_ % kLine == 0 && halfBytes_ >= 2 * kLine * group_->size(),
+               "shm: slot too small for the group");
+}
+
+void Collectives::begin(const char* what) {
+  group_->checkUsable(what);
+  group_->waitAll(slotFree_, what);
+}
+
+void Collectives::end() {
+  group_->publish();
+  slotFree_ = group_->phase();
+}
+
+void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {
+  KOLO_CHECK_ARG(counts.size() == static_cast<size_t>(group_->size()),
+                 std::string("shm ") + what + ": " + std::to_string(counts.size()) +
+                     " counts for size " + std::to_string(group_->size()));
+}
+
+void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  checkReduceOp(op, "allreduce");
+  const size_t es = elementSize(dtype);  // rejects an unknown dtype before any synchronisation
+  group_->checkUsable("allreduce");
+  if (count == 0 || group_->size() == 1) return;
+  if (count * es <= std::min(kOneShotBytes, halfBytes_)) {
+    oneShotAllreduce(static_cast<char*>(buf), count, dtype, op);
+  } else {
+    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op);
+  }
+}
+
+void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op) {
+  const char* what = "allreduce";
+  const int n = group_->size();
+  const int me = group_->rank();
+  begin(what);
+  std::memcpy(half(me, 0), buf, count * elementSize(dtype));
+  group_->publish();
+  group_->waitAll(group_->phase(), what);
+  // Our own input is read from our slot copy, so buf can take the result.
+  foldInRankOrder(
+      buf, n, [&](int k) { return half(k, 0); }, count, dtype, op);
+  end();
+}
+
+// Step s (0..steps): copy the parts of chunk s that peers reduce into our
+// half s%2, publish, then reduce our part of chunk s from the peers' halves
+// into ours, and copy every part of chunk s-1 (reduced at the previous
+// step) out. Region k of a half holds part k of its chunk: our input for
+// rank k, or (k == us) our result.
+void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op) {
+  const char* what = "allreduce";
+  const int n = group_->size();
+  const int me = group_->rank();
+  const size_t es = elementSize(dtype);
+  const size_t part = halfBytes_ / n / kLine * kLine / es;  // whole cache lines
+  const size_t chunk = part * n;
+  const size_t steps = ceilDiv(count, chunk);
+  auto chunkLength = [&](size_t s) { return std::min(chunk, count - s * chunk); };
+  begin(what);
+  for (size_t s = 0; s <= steps; ++s) {
+    const uint32_t h = s % 2;
+    if (s < steps) {
+      const Parts parts(chunkLength(s), part);
+      const char* in = buf + s * chunk * es;
+      for (int k = 0; k < n; ++k) {
+        if (k == me) continue;
+        copyBytes(half(me, h) + parts.offset(k) * es, in + parts.offset(k) * es,
+                  parts.length(k) * es);
+      }
+    }
+    group_->publish();
+    group_->waitAll(group_->phase(), what);
+    if (s < steps) {
+      const Parts parts(chunkLength(s), part);
+      const size_t at = parts.offset(me) * es;
+      char* own = buf + s * chunk * es + at;
+      foldInRankOrder(
+          half(me, h) + at, n, [&](int k) { return k == me ? own : half(k, h) + at; },
+          parts.length(me), dtype, op);
+    }
+    if (s > 0) {
+      const size_t prev = s - 1;
+      const Parts parts(chunkLength(prev), part);
+      char* out = buf + prev * chunk * es;
+      for (int k = 0; k < n; ++k) {
+        copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
+                  parts.length(k) * es);
+      }
+    }
+  }
+  end();
+}
+
+void Collectives::reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
+                                DataType dtype, ReduceOp op) {
+  const char* what = "reducescatter";
+  checkCounts(recvCounts, what);
+  checkReduceOp(op, what);
+  const size_t es = elementSize(dtype);
+  group_->checkUsable(what);
+  const int n = group_->size();
+  const int me = group_->rank();
+  const auto offsets = offsetsOf(recvCounts);
+  const char* input = static_cast<const char*>(in);
+  if (n == 1) {
+    if (recvCounts[0] > 0) std::memmove(out, in, recvCounts[0] * es);
+    return;
+  }
+  // Region b of a half: our piece of block b for rank b.
+  const size_t region = halfBytes_ / n / kLine * kLine;
+  const size_t piece = region / es;
+  size_t steps = 0;
+  for (size_t c : recvCounts) steps = std::max(steps, ceilDiv(c, piece));
+  if (steps == 0) return;
+  begin(what);
+  for (size_t s = 0; s < steps; ++s) {
+    const uint32_t h = s % 2;
+    auto pieceLength = [&](int b) {
+      const size_t from = std::min(recvCounts[b], s * piece);
+      return std::min(recvCounts[b], from + piece) - from;
+    };
+    for (int b = 0; b < n; ++b) {
+      if (b == me) continue;
+      copyBytes(half(me, h) + b * region, input + (offsets[b] + s * piece) * es,
+                pieceLength(b) * es);
+    }
+    group_->publish();
+    group_->waitAll(group_->phase(), what);
+    const char* own = input + (offsets[me] + s * piece) * es;
+    foldInRankOrder(
+        static_cast<char*>(out) + s * piece * es, n,
+        [&](int k) { return k == me ? own : half(k, h) + me * region; }, pieceLength(me), dtype,
+        op);
+  }
+  end();
+}
+
+void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
+                             DataType dtype) {
+  const char* what = "allgatherv";
+  checkCounts(counts, what);
+  const size_t es = elementSize(dtype);
+  group_->checkUsable(what);
+  const int n = group_->size();
+  const int me = group_->rank();
+  const auto offsets = offsetsOf(counts);
+  char* output = static_cast<char*>(out);
+  const char* input = static_cast<const char*>(in);
+  if (counts[me] > 0) std::memmove(output + offsets[me] * es, in, counts[me] * es);
+  if (n == 1) return;
+  const size_t piece = halfBytes_ / es;
+  size_t steps = 0;
+  for (size_t c : counts) steps = std::max(steps, ceilDiv(c, piece));
+  if (steps == 0) return;
+  begin(what);
+  auto pieceLength = [&](int r, size_t s) {
+    const size_t from = std::min(counts[r], s * piece);
+    return std::min(counts[r], from + piece) - from;
+  };
+  for (size_t s = 0; s < steps; ++s) {
+    const uint32_t h = s % 2;
+    copyBytes(half(me, h), input + s * piece * es, pieceLength(me, s) * es);
+    group_->publish();
+    group_->waitAll(group_->phase(), what);
+    for (int k = 0; k < n; ++k) {
+      if (k == me) continue;
+      copyBytes(output + (offsets[k] + s * piece) * es, half(k, h), pieceLength(k, s) * es);
+    }
+  }
+  end();
+}
+
+void Collectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
+  const char* what = "broadcast";
+  const int n = group_->size();
+  KOLO_CHECK_ARG(root >= 0 && root < n, "shm broadcast: root " + std::to_string(root) +
+                                            " out of range for size " + std::to_string(n));
+  const size_t es = elementSize(dtype);
+  group_->checkUsable(what);
+  if (count == 0 || n == 1) return;
+  const int me = group_->rank();
+  char* data = static_cast<char*>(buf);
+  const size_t piece = halfBytes_ / es;
+  const size_t steps = ceilDiv(count, piece);
+  begin(what);
+  const uint32_t base = group_->phase();
+  for (size_t s = 0; s < steps; ++s) {
+    const uint32_t h = s % 2;
+    const size_t length = std::min(piece, count - s * piece);
+    if (me == root) {
+      // Half h last held step s-2; its readers finished it before their
+      // phase of step s-1.
+      if (s >= 2) group_->waitAll(base + static_cast<uint32_t>(s), what);
+      std::memcpy(half(me, h), data + s * piece * es, length * es);
+      group_->publish();
+    } else {
+      group_->publish();
+      group_->waitFor(root, group_->phase(), what);
+      std::memcpy(data + s * piece * es, half(root, h), length * es);
+    }
+  }
+  end();
+}
+
+void Collectives::alltoallv(const void* in, const std::vector<size_t>& sendCounts, void* out,
+                            const std::vector<size_t>& recvCounts, DataType dtype) {
+  const char* what = "alltoallv";
+  checkCounts(sendCounts, "alltoallv (send counts)");
+  checkCounts(recvCounts, "alltoallv (receive counts)");
+  const int n = group_->size();
+  const int me = group_->rank();
+  KOLO_CHECK_ARG(sendCounts[me] == recvCounts[me], "shm alltoallv: rank " + std::to_string(me) +
+                                                       " sends " + std::to_string(sendCounts[me]) +
+                                                       " elements to itself but expects " +
+                                                       std::to_string(recvCounts[me]));
+  const size_t es = elementSize(dtype);
+  group_->checkUsable(what);
+  const auto sendOffsets = offsetsOf(sendCounts);
+  const auto recvOffsets = offsetsOf(recvCounts);
+  const char* input = static_cast<const char*>(in);
+  char* output = static_cast<char*>(out);
+  if (sendCounts[me] > 0) {
+    std::memmove(output + recvOffsets[me] * es, input + sendOffsets[me] * es, sendCounts[me] * es);
+  }
+  if (n == 1) return;
+  // A half: a line with our step count, then region d for our data to rank d.
+  const size_t region = (halfBytes_ - kLine) / n / kLine * kLine;
+  const size_t piece = region / es;
+  auto regionOf = [&](int r, uint32_t h, int d) { return half(r, h) + kLine + d * region; };
+  uint64_t mySteps = 0;
+  for (int d = 0; d < n; ++d) {
+    if (d != me) mySteps = std::max<uint64_t>(mySteps, ceilDiv(sendCounts[d], piece));
+  }
+  // No early return on empty counts: only the steps every rank announces at
+  // step 0 tell whether anyone has data.
+  begin(what);
+  uint64_t steps = 1;
+  for (uint64_t s = 0; s < steps; ++s) {
+    const uint32_t h = s % 2;
+    auto length = [&](size_t c) {
+      const size_t from = std::min<size_t>(c, s * piece);
+      return std::min(c, from + piece) - from;
+    };
+    if (s == 0) std::memcpy(half(me, 0), &mySteps, sizeof mySteps);
+    for (int d = 0; d < n; ++d) {
+      if (d == me) continue;
+      copyBytes(regionOf(me, h, d), input + (sendOffsets[d] + s * piece) * es,
+                length(sendCounts[d]) * es);
+    }
+    group_->publish();
+    group_->waitAll(group_->phase(), what);
+    if (s == 0) {
+      for (int k = 0; k < n; ++k) {
+        uint64_t theirs = 0;
+        std::memcpy(&theirs, half(k, 0), sizeof theirs);
+        steps = std::max(steps, theirs);
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      if (k == me) continue;
+      copyBytes(output + (recvOffsets[k] + s * piece) * es, regionOf(k, h, me),
+                length(recvCounts[k]) * es);
+    }
+  }
+  end();
+}
+
+}  // namespace kolo::comm::shm

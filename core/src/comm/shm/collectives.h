@@ -1,0 +1,85 @@
+// The CPU data plane among the ranks of one host, over shared memory.
+//
+// Every rank owns a slot in the group's segment (group.h), split in two
+// halves used alternately by consecutive steps, so one synchronisation per
+// step suffices: publishing step s says "my inputs of step s (and, for
+// allreduce, my results of step s-1) are in my slot"; by then the rank has
+// finished reading step s-1, so a slot half is never rewritten while a peer
+// still reads it. Buffers larger than a half go through in steps (chunks
+// that stay in cache, so the only trips to memory are reading the caller's
+// input and writing its output).
+//
+//   allreduce      up to kOneShotBytes: every rank copies its buffer in and
+//                  reduces all of them itself (one synchronisation). Larger:
+//                  per step, each rank copies the parts of its chunk that
+//                  others reduce into its slot, reduces its own part
+//                  straight from the peers' slots and its own buffer
+//                  (reduce-scatter), and copies every reduced part out at
+//                  the next step (allgather).
+//   reducescatter  the first half of that: each rank reduces its block.
+//   allgatherv, broadcast, alltoallv
+//                  copy in, then every reader copies out, per step.
+//
+// Reductions run in rank order (x0 op x1 op ...) whoever computes them, so
+// every rank gets bitwise the same result, and go through
+// kolo::reduceElements (every dtype and reduce op the engine has).
+//
+// Threading: as comm::Collectives (one calling thread, same order on every
+// rank). Arguments are checked before any synchronisation, so a call that
+// throws InvalidArgument on every rank leaves the group usable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/shm/group.h"
+
+namespace kolo::comm::shm {
+
+// Bytes of one rank's slot (two halves), for groups of up to
+// kDataSegmentBytes / kDataSlotBytes ranks; larger groups get smaller slots
+// (dataSlotBytes), so a host's segment stays within kDataSegmentBytes
+// (containers often have a 64 MiB /dev/shm).
+constexpr size_t kDataSlotBytes = size_t(4) << 20;
+constexpr size_t kDataSegmentBytes = size_t(32) << 20;
+constexpr size_t kMinDataSlotBytes = size_t(256) << 10;
+size_t dataSlotBytes(int ranks);
+// Allreduces up to this size take the one-shot path.
+constexpr size_t kOneShotBytes = size_t(16) << 10;
+
+class Collectives final : public comm::Collectives {
+ public:
+  explicit Collectives(std::unique_ptr<Group> group);
+
+  const char* name() const override { return "shm"; }
+
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
+                  DataType dtype) override;
+  void broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& sendCounts, void* out,
+                 const std::vector<size_t>& recvCounts, DataType dtype) override;
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
+                     DataType dtype, ReduceOp op) override;
+
+ private:
+  // Half h (0 or 1) of rank r's slot.
+  char* half(int r, uint32_t h) const { return group_->slot(r) + h * halfBytes_; }
+  // Starts an operation: waits until no peer still reads this rank's slot.
+  void begin(const char* what);
+  // Ends one: publishes that this rank has read everything it needed.
+  void end();
+
+  void oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op);
+  void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op);
+  void checkCounts(const std::vector<size_t>& counts, const char* what) const;
+
+  std::unique_ptr<Group> group_;
+  const size_t halfBytes_;
+  // Every peer must have completed this phase before this rank rewrites its slot.
+  uint32_t slotFree_ = 0;
+};
+
+}  // namespace kolo::comm::shm
