@@ -142,6 +142,10 @@ std::string Context::name_or_next(const std::string& name, const char* op) {
   return "noname." + std::string(op) + "." + std::to_string(n);
 }
 
+void Context::reset_names() {
+  for (auto& c : counters_) c.store(0);
+}
+
 TensorHandle Context::allreduce_async(const at::Tensor& tensor, ReduceOp op,
                                       const std::string& name, double prescale,
                                       double postscale) {
