@@ -115,6 +115,7 @@ class ElasticJob {
   int worldSize_ = 0;
   int64_t notice_ = 0;          // elastic/notice
   bool noticed_ = false;        // a notice is out for the current world
+  Clock::time_point noticedAt_{};
   std::optional<Clock::time_point> brokenAt_;  // a member died or left
   std::optional<Clock::time_point> belowMinSince_;
   int resets_ = 0;

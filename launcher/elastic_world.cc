@@ -129,6 +129,7 @@ void ElasticJob::checkBelowMin(size_t have, Clock::time_point now, const std::st
 void ElasticJob::issueNotice(const std::string& why) {
   ++notice_;
   noticed_ = true;
+  noticedAt_ = Clock::now();
   store_->set(elastic::keys::kNotice, elastic::textValue(std::to_string(notice_)));
   say("world " + std::to_string(world_) + " re-forms at its next commit: " + why);
 }
@@ -180,8 +181,10 @@ void ElasticJob::manageWorld(Clock::time_point now) {
   // A healthy world: re-form it when ready workers can join or a member's
   // host is gone from discovery.
   std::vector<std::string> joining, gone;
+  bool starting = false;  // started workers that have not announced themselves yet
   for (const auto& w : workers_) {
     if (!w->alive() || w->dropping) continue;
+    starting = starting || w->readyAfter < 0;
     if (w->world == 0 && w->waiting() && worldSize_ < options_.maxNp) {
       joining.push_back(std::to_string(w->id));
     }
@@ -195,7 +198,9 @@ void ElasticJob::manageWorld(Clock::time_point now) {
     for (const auto& h : gone) list += (list.empty() ? "" : ", ") + h;
     issueNotice("host" + std::string(gone.size() == 1 ? " " : "s ") + list +
                 " left the discovered hosts");
-  } else if (!joining.empty()) {
+  } else if (!joining.empty() && !starting) {
+    // All new workers at once (one re-formation, not one per worker); the
+    // start timeout bounds the wait for the slow ones.
     std::string list;
     for (const auto& id : joining) list += (list.empty() ? "" : ",") + id;
     issueNotice("worker" + std::string(joining.size() == 1 ? " " : "s ") + list + " ready to join");
@@ -275,10 +280,10 @@ void ElasticJob::formWorld(Clock::time_point now) {
     }
   }
   std::string since;
-  if (brokenAt_) {
+  if (noticed_) {
+    since = ", " + seconds(now - noticedAt_) + " after the notice";
+  } else if (brokenAt_) {
     since = ", " + seconds(now - *brokenAt_) + " after world " + std::to_string(world_) + " broke";
-  } else if (noticed_) {
-    since = " (hosts changed)";
   }
   say("world " + std::to_string(record.version) + ": " + plural(plan.size(), "rank") + " on " +
       where + " (workers " + workers + ")" + since);

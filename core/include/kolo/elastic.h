@@ -69,6 +69,10 @@ class State {
 };
 
 namespace detail {
+// check_host_updates() as a value: true on every rank when the driver
+// changed the hosts since this world formed. Collective in an elastic job;
+// false otherwise.
+bool hostsUpdated();
 // run()'s loop; see run().
 void runLoop(State& state, const std::function<void()>& fn);
 // shutdown() and init() for the next world, after noting why this worker

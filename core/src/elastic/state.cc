@@ -32,8 +32,12 @@ void State::commit() {
 }
 
 void State::check_host_updates() {
+  if (detail::hostsUpdated()) throw HostsUpdatedInterrupt();
+}
+
+bool detail::hostsUpdated() {
   auto* client = detail::processClient();
-  if (client == nullptr) return;
+  if (client == nullptr) return false;
   Engine& engine = defaultEngine();
   // Rank 0 decides for everyone, so every rank raises at the same step.
   int64_t notice = engine.rank() == 0 ? client->readNotice() : 0;
@@ -47,7 +51,7 @@ void State::check_host_updates() {
   entry.input = &notice;
   entry.output = &notice;
   engine.enqueue(std::move(request), std::move(entry)).wait();
-  if (notice > client->world().notice) throw HostsUpdatedInterrupt();
+  return notice > client->world().notice;
 }
 
 void State::register_reset_callbacks(std::vector<std::function<void()>> callbacks) {

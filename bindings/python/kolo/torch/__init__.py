@@ -64,6 +64,8 @@ from kolo.torch.ops import (  # noqa: F401
     synchronize,
 )
 from kolo.torch.optimizer import DistributedOptimizer  # noqa: F401
+from kolo.torch import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ...)
+from kolo.torch.elastic import HostsUpdatedInterrupt  # noqa: F401,E402
 
 __version__ = _kolo.build_info()["version"]
 
