@@ -221,17 +221,20 @@ std::vector<RankPlacement> assignRanks(const std::vector<HostSlots>& hosts, int 
       p.size = np;
       p.localRank = local;
       p.localSize = n;
-      p.crossRank = static_cast<int>(perHost.size());
       p.host = hosts[h].host;
       ranks.push_back(p);
     }
     perHost.push_back(n);
   }
-  // Cross size: how many hosts have a rank with this local rank. Hosts come
-  // in order, so a rank's cross rank (its host's index) is already below it.
-  for (auto& p : ranks) {
-    p.crossSize = static_cast<int>(
-        std::count_if(perHost.begin(), perHost.end(), [&](int n) { return n > p.localRank; }));
+  // Cross rank and size: among the hosts that have a rank with this local
+  // rank (hosts with fewer ranks have none), this host's index and count.
+  size_t host = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0 && ranks[i].localRank == 0) ++host;
+    auto& p = ranks[i];
+    auto has = [&](int n) { return n > p.localRank; };
+    p.crossRank = static_cast<int>(std::count_if(perHost.begin(), perHost.begin() + host, has));
+    p.crossSize = static_cast<int>(std::count_if(perHost.begin(), perHost.end(), has));
   }
   return ranks;
 }

@@ -43,13 +43,24 @@ TEST(WorldPlan, SurvivorsKeepTheLowestRanksAndRankZeroIsTheOldestSurvivor) {
     EXPECT_EQ(plan[r].placement.host, "b");
     EXPECT_EQ(plan[r].placement.localRank, r - 1);
     EXPECT_EQ(plan[r].placement.localSize, 3);
-    EXPECT_EQ(plan[r].placement.crossRank, 1);
+    // Local rank 0 is on a, b and c; local ranks 1 and 2 only on b.
+    EXPECT_EQ(plan[r].placement.crossRank, r == 1 ? 1 : 0);
   }
   EXPECT_EQ(plan[4].placement.host, "c");
   for (const auto& m : plan) EXPECT_EQ(m.placement.size, 5);
   // local rank 0 exists on a, b and c; local rank 1 only on b.
   EXPECT_EQ(plan[0].placement.crossSize, 3);
   EXPECT_EQ(plan[2].placement.crossSize, 1);
+}
+
+TEST(WorldPlan, CrossRankCountsOnlyHostsWithThatLocalRank) {
+  // a has one rank, b two: b's local rank 1 is the only one of its kind.
+  auto plan = planWorld({{0, "a", 0, 0}, {1, "b", 0, 1}, {2, "b", 1, 2}}, {"a", "b"}, 4);
+  EXPECT_EQ(plan[2].placement.localRank, 1);
+  EXPECT_EQ(plan[2].placement.crossRank, 0);
+  EXPECT_EQ(plan[2].placement.crossSize, 1);
+  EXPECT_EQ(plan[1].placement.crossRank, 1);
+  EXPECT_EQ(plan[1].placement.crossSize, 2);
 }
 
 TEST(WorldPlan, HostsWithSurvivorsComeBeforeOlderHostsWithout) {

@@ -12,7 +12,9 @@
 //
 // t is wall-clock milliseconds (CLOCK_REALTIME), comparable across processes.
 // --crash-on-host H --crash-after-steps K: workers on host H exit with code 3
-// after K steps in a world (a host that keeps failing).
+// after K steps in a world (a host that keeps failing). --tag T only marks
+// the process (tests find their processes by it). --stop-file F: training
+// ends after the epoch in which F appeared (rank 0 looks, everyone follows).
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +43,7 @@ struct Args {
   double lr = 0.05;
   std::string crashOnHost;
   int crashAfterSteps = 3;
+  std::string stopFile;
 };
 
 Args parse(int argc, char** argv) {
@@ -61,6 +64,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--lr") a.lr = std::stod(v);
     else if (k == "--crash-on-host") a.crashOnHost = v;
     else if (k == "--crash-after-steps") a.crashAfterSteps = std::stoi(v);
+    else if (k == "--stop-file") a.stopFile = v;
+    else if (k == "--tag") continue;  // marks the test's processes
     else {
       std::fprintf(stderr, "elastic_worker: unknown flag %s\n", k.c_str());
       std::exit(2);
@@ -197,6 +202,11 @@ int main(int argc, char** argv) {
                   static_cast<long long>(state["epoch"]));
       std::fflush(stdout);
       state.commit();
+      if (!args.stopFile.empty()) {
+        int64_t stop = kt::rank() == 0 && access(args.stopFile.c_str(), F_OK) == 0;
+        stop = kt::allreduce(torch::tensor({stop}), kt::Max, "stop").item<int64_t>();
+        if (stop != 0) args.epochs = static_cast<int>(state["epoch"]);
+      }
     }
   });
   std::printf("DONE worker=%lld rank=%d world=%lld epochs=%lld checksum=%s\n", worker, kt::rank(),

@@ -55,6 +55,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--crash-on-host", default="")
     p.add_argument("--crash-after-steps", type=int, default=3)
+    p.add_argument("--stop-file", default="")  # ends training after the epoch it appears in
+    p.add_argument("--tag", default="")  # marks the test's processes
     args = p.parse_args()
     torch.set_num_threads(1)
     host = os.environ.get("KOLO_HOSTNAME", "?")
@@ -120,6 +122,11 @@ def main():
             state.sampler.set_epoch(state.epoch)
             say("COMMIT v=%d worker=%d epoch=%d batch=0 processed=0" % (v, worker, state.epoch))
             state.commit()
+            if args.stop_file:
+                stop = int(hvd.rank() == 0 and os.path.exists(args.stop_file))
+                stop = hvd.allreduce(torch.tensor([stop]), op=hvd.Max, name="stop").item()
+                if stop:
+                    args.epochs = state.epoch
 
     train(state)
     digest = hashlib.sha1()
