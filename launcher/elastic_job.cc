@@ -88,8 +88,16 @@ ElasticJob::ElasticJob(Options options, LocalNames local, std::vector<std::strin
     if (!first.ok) throw UsageError(first.error + " (the first discovery must succeed)");
     hosts_.update(first.hosts);
   } else {
-    hosts_.update(!options_.hosts.empty() ? parseHostList(options_.hosts)
-                                          : readHostfile(options_.hostfile));
+    std::vector<HostSlots> fixed = !options_.hosts.empty() ? parseHostList(options_.hosts)
+                                                           : readHostfile(options_.hostfile);
+    int total = 0;
+    for (const auto& h : fixed) total += h.slots;
+    if (options_.np > total) {
+      throw UsageError("-np " + std::to_string(options_.np) +
+                       " needs more slots than the hosts have (" + std::to_string(total) + ": " +
+                       describeHosts(fixed) + "); add hosts or slots, or lower -np");
+    }
+    hosts_.update(fixed);
   }
   bool anyLocal = false;
   for (const auto& h : hosts_.order()) anyLocal = anyLocal || isLocalHost(h, local_);

@@ -113,13 +113,22 @@ void ElasticJob::checkBelowMin(size_t have, Clock::time_point now, const std::st
   }
   std::string line = "waited " + formatNumber(options_.elasticTimeoutSeconds) +
                      " s (--elastic-timeout) for " + what + " but had " + std::to_string(have);
-  std::vector<std::string> waiting;
+  // "workers 0,2 on localhost, worker 5 on b"
+  std::vector<std::pair<std::string, std::string>> byHost;
   for (const auto& w : workers_) {
-    if (w->alive() && !w->dropping) waiting.push_back(describe(*w));
+    if (!w->alive() || w->dropping) continue;
+    auto it = std::find_if(byHost.begin(), byHost.end(),
+                           [&](const auto& h) { return h.first == w->host; });
+    if (it == byHost.end()) it = byHost.insert(byHost.end(), {w->host, ""});
+    it->second += (it->second.empty() ? "" : ",") + std::to_string(w->id);
   }
-  if (!waiting.empty()) {
+  if (!byHost.empty()) {
     line += " (";
-    for (size_t i = 0; i < waiting.size(); ++i) line += (i ? ", " : "") + waiting[i];
+    for (size_t i = 0; i < byHost.size(); ++i) {
+      bool several = byHost[i].second.find(',') != std::string::npos;
+      line += (i ? ", " : "") + std::string(several ? "workers " : "worker ") + byHost[i].second +
+              " on " + byHost[i].first;
+    }
     line += ")";
   }
   line += "; hosts: " + hosts_.describe(now) + "; stopped the job";

@@ -30,6 +30,15 @@ class ElasticJob : public ::testing::TestWithParam<Lang> {
 
 std::string paramName(const ::testing::TestParamInfo<Lang>& info) { return langName(info.param); }
 
+// What the driver decides (hangs, --min-np, blacklisting) does not depend
+// on the worker's language: these run the C++ worker. The Python worker's
+// side of a reset is the same as for a killed worker (ElasticJob.*/python).
+class ElasticDriver : public ::testing::Test {
+ protected:
+  Lang lang() const { return Lang::kCpp; }
+  milliseconds startBound() const { return seconds(40); }
+};
+
 // SIGKILL one of 4 workers mid-training: the 3 survivors continue from the
 // last commit and finish with identical parameters.
 TEST_P(ElasticJob, KillOneOfFourWorkersTheOthersContinueWithThree) {
@@ -62,8 +71,7 @@ TEST_P(ElasticJob, KillOneOfFourWorkersTheOthersContinueWithThree) {
 // A worker that stops answering (SIGSTOP) is found by its peers within
 // KOLO_TIMEOUT, killed by kolorun after KOLO_TIMEOUT more, and the world is
 // rebuilt without it.
-TEST_P(ElasticJob, HungWorkerIsKilledAndTheWorldRebuilt) {
-  if (lang() == Lang::kPython) GTEST_SKIP() << "the driver's part is language-independent";
+TEST_F(ElasticDriver, HungWorkerIsKilledAndTheWorldRebuilt) {
   const std::string token = uniqueToken("ehang");
   ElasticRun run(lang(),
                  {"-np", "3", "--min-np", "2", "-H", "localhost:3", "--timeout-seconds", "1.5",
@@ -89,8 +97,7 @@ TEST_P(ElasticJob, HungWorkerIsKilledAndTheWorldRebuilt) {
 
 // Below --min-np for --elastic-timeout: one line saying what kolorun waited
 // for, exit 124, nothing left running (horovod#3494 deadlocks here).
-TEST_P(ElasticJob, BelowMinNpTheJobEndsAfterTheElasticTimeout) {
-  if (lang() == Lang::kPython) GTEST_SKIP() << "the driver's part is language-independent";
+TEST_F(ElasticDriver, BelowMinNpTheJobEndsAfterTheElasticTimeout) {
   const std::string token = uniqueToken("emin");
   ElasticRun run(lang(),
                  {"-np", "3", "--min-np", "3", "-H", "localhost:3", "--elastic-timeout", "2",
@@ -117,8 +124,7 @@ TEST_P(ElasticJob, BelowMinNpTheJobEndsAfterTheElasticTimeout) {
 
 // Workers on one host keep crashing: each crash blacklists it for a
 // doubling cool-down; the job goes on with the other host and finishes.
-TEST_P(ElasticJob, HostThatKeepsFailingIsBlacklistedAndTheJobGoesOn) {
-  if (lang() == Lang::kPython) GTEST_SKIP() << "the driver's part is language-independent";
+TEST_F(ElasticDriver, HostThatKeepsFailingIsBlacklistedAndTheJobGoesOn) {
   const std::string token = uniqueToken("ebad");
   Scratch dir;
   const std::string stop = dir.path() + "/stop";
@@ -242,6 +248,40 @@ TEST_P(ElasticJob, TenRandomKillsAndHostChanges) {
   report(std::string(langName(lang())) + " random events: " + std::to_string(log.lastWorld()) +
          " worlds, " + std::to_string(log.done.front().epochs) + " epochs");
   EXPECT_TRUE(waitForNoProcessesWith(token, seconds(5)).empty());
+}
+
+// Bad input: one line naming the fix, exit 2, nothing started.
+TEST(ElasticBadInput, OneLineExitTwoNothingStarted) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"-np", "2", "--host-discovery-script", "echo no hosts here >&2; exit 3", "true"},
+       "kolorun: --host-discovery-script 'echo no hosts here >&2; exit 3' exited with code 3: "
+       "no hosts here (the first discovery must succeed)"},
+      {{"-np", "2", "--host-discovery-script", "echo a:b", "true"},
+       "kolorun: --host-discovery-script 'echo a:b', line 1: slots of 'a' must be a positive "
+       "integer, got 'b' (the first discovery must succeed)"},
+      {{"-np", "5", "--min-np", "2", "-H", "localhost:4", "true"},
+       "kolorun: -np 5 needs more slots than the hosts have (4: localhost:4); add hosts or "
+       "slots, or lower -np"},
+      {{"-np", "2", "--min-np", "3", "-H", "localhost:4", "true"},
+       "kolorun: elastic sizes must satisfy --min-np <= -np <= --max-np, got 3 <= 2 <= 3"},
+      {{"-np", "2", "--min-np", "1", "-H", "localhost:2", "--blacklist-cooldown-range", "5", "1",
+        "true"},
+       "kolorun: --blacklist-cooldown-range takes MIN MAX seconds with 0 < MIN <= MAX"},
+      {{"--min-np", "1", "--mpi", "-H", "localhost:2", "true"},
+       "kolorun: elastic jobs (--host-discovery-script, --min-np, --max-np) run over Gloo; drop "
+       "--mpi"},
+  };
+  for (const auto& c : cases) {
+    auto r = launcher::testing::runKolorun(c.args, seconds(30));
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_EQ(launcher::testing::lastLine(r.err), c.message);
+    EXPECT_EQ(launcher::testing::splitLines(r.err).size(), 1u) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Lang, ElasticJob, ::testing::Values(Lang::kCpp, Lang::kPython), paramName);
