@@ -79,6 +79,50 @@ std::string networkName(const std::string& host) {
   return name;
 }
 
+namespace {
+
+// One "host", "host:slots" or "[v6]:slots" item; defaultSlots when no ":N".
+HostSlots parseHostItem(const std::string& item, const std::string& where, int defaultSlots) {
+  HostSlots h;
+  h.slots = defaultSlots;
+  std::string slotText;
+  bool hasSlots = false;
+  if (item.front() == '[') {
+    size_t close = item.find(']');
+    if (close == std::string::npos) {
+      throw UsageError(where + "missing ']' in '" + item + "'; write IPv6 as [addr]:slots");
+    }
+    h.host = item.substr(0, close + 1);
+    std::string rest = item.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') {
+        throw UsageError(where + "expected ':slots' after '" + h.host + "'");
+      }
+      hasSlots = true;
+      slotText = rest.substr(1);
+    }
+  } else {
+    size_t colons = std::count(item.begin(), item.end(), ':');
+    if (colons > 1) {
+      throw UsageError(where + "'" + item +
+                       "' has more than one ':'; write IPv6 addresses as [addr]:slots");
+    }
+    size_t colon = item.find(':');
+    h.host = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      hasSlots = true;
+      slotText = item.substr(colon + 1);
+    }
+  }
+  if (hasSlots && !parseSlots(slotText, &h.slots)) {
+    throw UsageError(where + "slots of '" + h.host + "' must be a positive integer, got '" +
+                     slotText + "'");
+  }
+  return h;
+}
+
+}  // namespace
+
 std::vector<HostSlots> parseHostList(const std::string& text) {
   const std::string where = "-H '" + text + "': ";
   std::vector<HostSlots> hosts;
@@ -91,44 +135,30 @@ std::vector<HostSlots> parseHostList(const std::string& text) {
     if (item.empty()) {
       throw UsageError(where + "empty host entry; write -H host1:slots,host2:slots");
     }
-    HostSlots h;
-    std::string slotText;
-    bool hasSlots = false;
-    if (item.front() == '[') {
-      size_t close = item.find(']');
-      if (close == std::string::npos) {
-        throw UsageError(where + "missing ']' in '" + item + "'; write IPv6 as [addr]:slots");
-      }
-      h.host = item.substr(0, close + 1);
-      std::string rest = item.substr(close + 1);
-      if (!rest.empty()) {
-        if (rest.front() != ':') {
-          throw UsageError(where + "expected ':slots' after '" + h.host + "'");
-        }
-        hasSlots = true;
-        slotText = rest.substr(1);
-      }
-    } else {
-      size_t colons = std::count(item.begin(), item.end(), ':');
-      if (colons > 1) {
-        throw UsageError(where + "'" + item +
-                         "' has more than one ':'; write IPv6 addresses as [addr]:slots");
-      }
-      size_t colon = item.find(':');
-      h.host = item.substr(0, colon);
-      if (colon != std::string::npos) {
-        hasSlots = true;
-        slotText = item.substr(colon + 1);
-      }
-    }
-    if (hasSlots && !parseSlots(slotText, &h.slots)) {
-      throw UsageError(where + "slots of '" + h.host + "' must be a positive integer, got '" +
-                       slotText + "'");
-    }
-    addHost(&hosts, std::move(h), where);
+    addHost(&hosts, parseHostItem(item, where, 1), where);
   }
   if (!any || (!text.empty() && text.back() == ',')) {
     throw UsageError(where + "empty host entry; write -H host1:slots,host2:slots");
+  }
+  return hosts;
+}
+
+std::vector<HostSlots> parseDiscoveryOutput(const std::string& text, int defaultSlots,
+                                            const std::string& script) {
+  std::vector<HostSlots> hosts;
+  std::stringstream lines(text);
+  std::string line;
+  int lineNo = 0;
+  while (std::getline(lines, line)) {
+    ++lineNo;
+    const std::string where =
+        "--host-discovery-script '" + script + "', line " + std::to_string(lineNo) + ": ";
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    if (line.find_first_of(" \t,") != std::string::npos) {
+      throw UsageError(where + "'" + line + "': print one 'host:slots' per line");
+    }
+    addHost(&hosts, parseHostItem(line, where, defaultSlots), where);
   }
   return hosts;
 }
@@ -191,17 +221,20 @@ std::vector<RankPlacement> assignRanks(const std::vector<HostSlots>& hosts, int 
       p.size = np;
       p.localRank = local;
       p.localSize = n;
-      p.crossRank = static_cast<int>(perHost.size());
       p.host = hosts[h].host;
       ranks.push_back(p);
     }
     perHost.push_back(n);
   }
-  // Cross size: how many hosts have a rank with this local rank. Hosts come
-  // in order, so a rank's cross rank (its host's index) is already below it.
-  for (auto& p : ranks) {
-    p.crossSize = static_cast<int>(
-        std::count_if(perHost.begin(), perHost.end(), [&](int n) { return n > p.localRank; }));
+  // Cross rank and size: among the hosts that have a rank with this local
+  // rank (hosts with fewer ranks have none), this host's index and count.
+  size_t host = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0 && ranks[i].localRank == 0) ++host;
+    auto& p = ranks[i];
+    auto has = [&](int n) { return n > p.localRank; };
+    p.crossRank = static_cast<int>(std::count_if(perHost.begin(), perHost.begin() + host, has));
+    p.crossSize = static_cast<int>(std::count_if(perHost.begin(), perHost.end(), has));
   }
   return ranks;
 }

@@ -17,6 +17,12 @@ struct HostSlots {
 // "-H a:2,b:4,c" (a host without ":N" has one slot; IPv6 as "[fe80::1]:2").
 std::vector<HostSlots> parseHostList(const std::string& text);
 
+// What --host-discovery-script printed: one "host:slots" or "host" (then
+// defaultSlots) per line; blank lines and '#' comments are ignored; no hosts
+// is fine (none available now). Errors name the script and the line.
+std::vector<HostSlots> parseDiscoveryOutput(const std::string& text, int defaultSlots,
+                                            const std::string& script);
+
 // Hostfile lines: "host slots=N" or "host"; '#' starts a comment; blank lines
 // are ignored. fileName only labels errors ("hosts.txt:3: ...").
 std::vector<HostSlots> parseHostfile(std::istream& in, const std::string& fileName);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "elastic_job.h"
 #include "hosts.h"
 #include "job.h"
 #include "kolo/error.h"
@@ -33,6 +34,7 @@ int runKolorun(int argc, char** argv) {
   if (!parsed.options) return parsed.exitCode;
   const Options& options = *parsed.options;
   if (options.mpi) return runMpirun(options);  // mpirun runs the job
+  if (options.elastic()) return runElasticJob(options);
 
   std::vector<std::string> inherited = currentEnvironment();
   const char* path = std::getenv("PATH");

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -45,6 +46,33 @@ void checkPositive(const std::optional<double>& v, const char* flag, bool allowZ
   }
 }
 
+void checkElastic(Options& o) {
+  if (o.mpi) {
+    throw UsageError("elastic jobs (--host-discovery-script, --min-np, --max-np) run over Gloo; "
+                     "drop --mpi");
+  }
+  if (o.hostDiscoveryScript.empty() && o.hosts.empty() && o.hostfile.empty()) {
+    throw UsageError("--min-np/--max-np need hosts: give --host-discovery-script, -H or --hostfile");
+  }
+  if (o.np == 0) o.np = o.minNp;
+  if (o.np == 0) {
+    throw UsageError("an elastic job needs -np N (the ranks to start with); --min-np and "
+                     "--max-np default to it");
+  }
+  if (o.minNp == 0) o.minNp = o.np;
+  if (o.maxNp == 0) o.maxNp = std::max(o.np, o.minNp);
+  if (o.minNp > o.np || o.np > o.maxNp) {
+    throw UsageError("elastic sizes must satisfy --min-np <= -np <= --max-np, got " +
+                     std::to_string(o.minNp) + " <= " + std::to_string(o.np) + " <= " +
+                     std::to_string(o.maxNp));
+  }
+  const auto& range = o.blacklistCooldownRange;
+  if (!range.empty() && (range.size() != 2 || !(range[0] > 0) || !(range[1] >= range[0]) ||
+                         !std::isfinite(range[1]))) {
+    throw UsageError("--blacklist-cooldown-range takes MIN MAX seconds with 0 < MIN <= MAX");
+  }
+}
+
 }  // namespace
 
 std::string formatNumber(double value) {
@@ -61,19 +89,19 @@ std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags) {
   std::vector<std::string> out;
   bool inCommand = false;
-  bool expectValue = false;
+  int expectValues = 0;
   for (const auto& arg : args) {
     if (inCommand) {
       out.push_back(arg);
-    } else if (expectValue) {
-      expectValue = false;
+    } else if (expectValues > 0) {
+      --expectValues;
       out.push_back(arg);
     } else if (arg == "--") {
       inCommand = true;
       out.push_back(arg);
     } else if (arg == "-np") {
       out.push_back("--num-proc");
-      expectValue = true;
+      expectValues = 1;
     } else if (arg.rfind("-np=", 0) == 0) {
       out.push_back("--num-proc=" + arg.substr(4));
     } else if (arg.size() > 1 && arg[0] == '-') {
@@ -81,7 +109,7 @@ std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
       bool inlineValue = arg.find('=') != std::string::npos ||
                          (arg.size() > 2 && arg[1] != '-');  // "-Hhost:2"
       for (const auto& f : valueFlags) {
-        if (f == arg && !inlineValue) expectValue = true;
+        if (f == arg && !inlineValue) ++expectValues;  // listed once per value
       }
     } else {
       inCommand = true;  // the program: everything from here is its own
@@ -112,6 +140,35 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
                "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
                "the mpirun command")
       ->group("Job")->excludes("--gloo");
+
+  // Elastic.
+  app.add_option("--min-np,--min-num-proc", o.minNp,
+                 "elastic: fewest ranks to keep training with (default -np); below it for "
+                 "--elastic-timeout the job ends")->check(CLI::PositiveNumber)->group("Elastic");
+  app.add_option("--max-np,--max-num-proc", o.maxNp,
+                 "elastic: most ranks to grow to when hosts appear (default -np)")
+      ->check(CLI::PositiveNumber)->group("Elastic");
+  app.add_option("--host-discovery-script", o.hostDiscoveryScript,
+                 "elastic: shell command printing the available hosts, one 'host:slots' (or "
+                 "'host') per line; run every --discovery-interval seconds")
+      ->group("Elastic")->excludes("--hosts")->excludes("--hostfile");
+  app.add_option("--slots,--slots-per-host", o.slotsPerHost,
+                 "elastic: slots of a discovered host printed without ':slots' (default 1)")
+      ->check(CLI::PositiveNumber)->group("Elastic");
+  app.add_option("--elastic-timeout", o.elasticTimeoutSeconds,
+                 "elastic: seconds to wait for --min-np workers (at the start, or after losing "
+                 "workers) before the job ends (default 600)")
+      ->check(CLI::PositiveNumber)->group("Elastic");
+  app.add_option("--reset-limit", o.resetLimit,
+                 "elastic: end the job after this many re-formed worlds (default: no limit)")
+      ->check(CLI::NonNegativeNumber)->group("Elastic");
+  app.add_option("--blacklist-cooldown-range", o.blacklistCooldownRange,
+                 "elastic: MIN MAX seconds; a host whose worker failed takes no new workers "
+                 "for MIN*2^(failures-1) seconds, at most MAX (default: never again)")
+      ->expected(2)->allow_extra_args(false)->group("Elastic");
+  app.add_option("--discovery-interval", o.discoveryIntervalSeconds,
+                 "elastic: seconds between runs of --host-discovery-script (default 1)")
+      ->check(CLI::PositiveNumber)->group("Elastic");
 
   // Rendezvous and processes.
   app.add_option("--network-interface", o.networkInterface,
@@ -174,8 +231,10 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   std::vector<std::string> valueFlags;
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->get_expected_min() == 0) continue;  // a flag
-    for (const auto& s : opt->get_snames()) valueFlags.push_back("-" + s);
-    for (const auto& l : opt->get_lnames()) valueFlags.push_back("--" + l);
+    for (int k = 0; k < opt->get_expected_min(); ++k) {
+      for (const auto& s : opt->get_snames()) valueFlags.push_back("-" + s);
+      for (const auto& l : opt->get_lnames()) valueFlags.push_back("--" + l);
+    }
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   args = normalizeArgs(args, valueFlags);
@@ -209,6 +268,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   if (o.command.empty()) {
     throw UsageError("no program given; usage: kolorun -np N PROGRAM [ARGS...]");
   }
+  if (o.elastic()) checkElastic(o);
   if (o.np == 0 && o.hosts.empty() && o.hostfile.empty()) {
     throw UsageError("give the number of ranks with -np N (or hosts with -H/--hostfile)");
   }

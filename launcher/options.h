@@ -46,6 +46,19 @@ struct Options {
   std::optional<double> stallCheckWarningSeconds;
   std::optional<double> stallCheckShutdownSeconds;
   std::optional<double> timeoutSeconds;
+
+  // Elastic (Horovod Elastic's flags). --host-discovery-script, --min-np or
+  // --max-np turns kolorun into the elastic driver (launcher/elastic_job.h).
+  int minNp = 0;  // 0: not given (= -np)
+  int maxNp = 0;  // 0: not given (= -np)
+  std::string hostDiscoveryScript;  // a shell command printing host[:slots] lines
+  int slotsPerHost = 0;             // --slots: slots of discovered hosts without ":N" (0 = 1)
+  double elasticTimeoutSeconds = 600;
+  std::optional<int> resetLimit;                // unset: no limit
+  std::vector<double> blacklistCooldownRange;   // {min, max} seconds; empty: for good
+  double discoveryIntervalSeconds = 1;          // kolo's own: how often the script runs
+
+  bool elastic() const { return !hostDiscoveryScript.empty() || minNp > 0 || maxNp > 0; }
 };
 
 // Either options to run with, or the exit code of a run that is already
@@ -58,7 +71,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv);
 
 // Horovod spells the rank count "-np"; CLI11 wants one letter after a single
 // dash. Rewrites "-np" to "--num-proc" in kolorun's own flags only, never in
-// the program's arguments. valueFlags: flags that take a separate value.
+// the program's arguments. valueFlags: flags that take separate values, each
+// listed once per value it takes.
 std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags);
 

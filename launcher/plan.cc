@@ -50,15 +50,22 @@ RankCommand rankCommand(const Options& options, const JobPlan& plan, int rank,
                         const std::vector<std::string>& inherited, const std::string& cwd) {
   const RankPlacement& placement = plan.ranks.at(rank);
   EnvList env = jobEnv(options, inherited, placement, rendezvous);
+  return workerCommand(options, placement.host, plan.remote.at(rank), env, plan.localProgram,
+                       inherited, cwd);
+}
+
+RankCommand workerCommand(const Options& options, const std::string& host, bool remote,
+                          const EnvList& env, const std::string& localProgram,
+                          const std::vector<std::string>& inherited, const std::string& cwd) {
   RankCommand cmd;
-  if (!plan.remote.at(rank)) {
-    cmd.spawn.path = plan.localProgram;
+  if (!remote) {
+    cmd.spawn.path = localProgram;
     cmd.spawn.argv = options.command;
     cmd.spawn.env = localWorkerEnv(inherited, env);
     return cmd;
   }
   RemoteShell shell = remoteShellFor(options);
-  cmd.spawn.argv = remoteArgv(shell, placement.host);
+  cmd.spawn.argv = remoteArgv(shell, host);
   std::string pathVar;
   for (const auto& e : inherited) {
     if (e.rfind("PATH=", 0) == 0) pathVar = e.substr(5);
@@ -78,7 +85,7 @@ RankCommand rankCommand(const Options& options, const JobPlan& plan, int rank,
   cmd.spawn.env = shellEnv;
   cmd.spawn.stdinPipe = true;
   RemoteLaunch launch;
-  launch.host = placement.host;
+  launch.host = host;
   launch.cwd = cwd;
   launch.env = remoteWorkerEnv(inherited, env);
   launch.command = options.command;

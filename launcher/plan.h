@@ -36,6 +36,12 @@ RankCommand rankCommand(const Options& options, const JobPlan& plan, int rank,
                         const RendezvousInfo& rendezvous,
                         const std::vector<std::string>& inherited, const std::string& cwd);
 
+// The same for any worker on `host` with its environment `env` (the
+// elastic driver's workers, whose identity is not a fixed rank).
+RankCommand workerCommand(const Options& options, const std::string& host, bool remote,
+                          const EnvList& env, const std::string& localProgram,
+                          const std::vector<std::string>& inherited, const std::string& cwd);
+
 // How ranks start on a host, for messages: "ssh" or the --rsh command.
 std::string remoteShellName(const Options& options);
 

@@ -42,8 +42,10 @@ EnvList identityEnv(const RankPlacement& r, const RendezvousInfo& rv) {
   };
 }
 
-EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
-               const RankPlacement& rank, const RendezvousInfo& rendezvous) {
+namespace {
+
+// -x NAME=VALUE and -x NAME (taken from `inherited`), then the tuning flags.
+EnvList exportedEnv(const Options& options, const std::vector<std::string>& inherited) {
   EnvList env;
   for (const auto& x : options.exportEnv) {
     size_t eq = x.find('=');
@@ -56,7 +58,27 @@ EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited
     }
   }
   for (auto& kv : tuningEnv(options)) env.push_back(std::move(kv));
+  return env;
+}
+
+}  // namespace
+
+EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
+               const RankPlacement& rank, const RendezvousInfo& rendezvous) {
+  EnvList env = exportedEnv(options, inherited);
   for (auto& kv : identityEnv(rank, rendezvous)) env.push_back(std::move(kv));
+  return dedupe(env);
+}
+
+EnvList elasticWorkerEnv(const Options& options, const std::vector<std::string>& inherited,
+                         int64_t worker, const std::string& host,
+                         const RendezvousInfo& rendezvous) {
+  EnvList env = exportedEnv(options, inherited);
+  env.emplace_back("KOLO_ELASTIC_WORKER", std::to_string(worker));
+  env.emplace_back("KOLO_HOSTNAME", host);
+  env.emplace_back("KOLO_RENDEZVOUS_ADDR", rendezvous.addr);
+  env.emplace_back("KOLO_RENDEZVOUS_PORT", std::to_string(rendezvous.port));
+  env.emplace_back("KOLO_SECRET_KEY", rendezvous.secret);
   return dedupe(env);
 }
 

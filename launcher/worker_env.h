@@ -26,6 +26,13 @@ EnvList identityEnv(const RankPlacement& rank, const RendezvousInfo& rendezvous)
 EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
                const RankPlacement& rank, const RendezvousInfo& rendezvous);
 
+// An elastic worker's variables (on top of what it inherits): -x, the
+// tuning flags, KOLO_ELASTIC_WORKER (its id), KOLO_HOSTNAME and the store.
+// No KOLO_RANK/KOLO_SIZE: rank and size come with each world.
+EnvList elasticWorkerEnv(const Options& options, const std::vector<std::string>& inherited,
+                         int64_t worker, const std::string& host,
+                         const RendezvousInfo& rendezvous);
+
 // A local worker: kolorun's environment with `overrides` replacing or adding
 // variables. Returns "NAME=VALUE" strings.
 std::vector<std::string> localWorkerEnv(const std::vector<std::string>& inherited,

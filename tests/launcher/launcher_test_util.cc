@@ -86,6 +86,16 @@ bool Running::waitForOutput(const std::string& text, std::chrono::milliseconds t
   return true;
 }
 
+bool Running::waitUntil(const std::function<bool(const std::string&)>& done,
+                        std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done(result_.out)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (!pump(50)) return done(result_.out);
+  }
+  return true;
+}
+
 void Running::signal(int sig) { kill(pid_, sig); }
 
 RunResult Running::wait(std::chrono::milliseconds timeout) {

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,10 +38,15 @@ class Running {
   pid_t pid() const { return pid_; }
   // Reads output until stdout contains `text`; false on timeout or exit.
   bool waitForOutput(const std::string& text, std::chrono::milliseconds timeout);
+  // Reads output until done(stdout) holds; false on timeout or once both
+  // streams closed without it. Keeps the pipes drained meanwhile.
+  bool waitUntil(const std::function<bool(const std::string&)>& done,
+                 std::chrono::milliseconds timeout);
   void signal(int sig);
   // Waits for exit (SIGKILL after timeout, then timedOut is set).
   RunResult wait(std::chrono::milliseconds timeout);
   const std::string& out() const { return result_.out; }
+  const std::string& err() const { return result_.err; }
 
  private:
   bool pump(int timeoutMs);  // false once both streams are closed

@@ -110,6 +110,17 @@ TEST(AssignRanks, FillsHostsInOrderWithLocalAndCrossRanks) {
   }
 }
 
+TEST(AssignRanks, CrossRankCountsOnlyHostsWithThatLocalRank) {
+  // -H a:1,b:2: b's local rank 1 has no peer on a, so it is cross rank 0 of
+  // 1 (it was cross rank 1 of 1, which init() refuses).
+  auto ranks = assignRanks({{"a", 1}, {"b", 2}}, 3);
+  EXPECT_EQ(ranks[1].crossRank, 1);
+  EXPECT_EQ(ranks[1].crossSize, 2);
+  EXPECT_EQ(ranks[2].localRank, 1);
+  EXPECT_EQ(ranks[2].crossRank, 0);
+  EXPECT_EQ(ranks[2].crossSize, 1);
+}
+
 TEST(AssignRanks, UnusedHostsAreNotPartOfTheJob) {
   auto ranks = assignRanks({{"a", 4}, {"b", 4}}, 3);
   for (const auto& r : ranks) {

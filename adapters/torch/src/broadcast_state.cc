@@ -41,8 +41,14 @@ void broadcastAll(const NamedTensors& tensors, const std::string& prefix, int ro
   if (error) std::rethrow_exception(error);
 }
 
+}  // namespace
+
+namespace detail {
+namespace {
 const char kOptionsKey[] = "kolo.param_group_options";
 const char kDefaultsKey[] = "kolo.defaults";
+
+}  // namespace
 
 std::string saveOptimizer(const ::torch::optim::Optimizer& optimizer) {
   ::torch::serialize::OutputArchive archive;
@@ -103,7 +109,7 @@ void loadOptimizer(::torch::optim::Optimizer& optimizer, const std::string& byte
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 void broadcast_parameters(const NamedTensors& tensors, int root, Context& ctx,
                           ProcessSet process_set) {
@@ -127,9 +133,9 @@ void broadcast_parameters(const ::torch::nn::Module& module, int root, Context& 
 void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root, Context& ctx,
                                ProcessSet process_set) {
   const bool isRoot = ctx.rank() == root;
-  std::string bytes = isRoot ? saveOptimizer(optimizer) : std::string();
+  std::string bytes = isRoot ? detail::saveOptimizer(optimizer) : std::string();
   bytes = ctx.broadcast_object(bytes, root, "", process_set);
-  if (!isRoot) loadOptimizer(optimizer, bytes, root);
+  if (!isRoot) detail::loadOptimizer(optimizer, bytes, root);
 }
 
 }  // namespace kolo::torch

@@ -171,6 +171,11 @@ std::string Context::name_or_next(const std::string& name, const char* op,
   return "noname." + std::string(op) + "." + set + std::to_string(n);
 }
 
+void Context::reset_names() {
+  std::lock_guard<std::mutex> lock(countersMu_);
+  counters_.clear();
+}
+
 TensorHandle Context::allreduce_async(const at::Tensor& tensor, ReduceOp op,
                                       const std::string& name, double prescale,
                                       double postscale, ProcessSet process_set) {

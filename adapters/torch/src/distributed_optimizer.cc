@@ -530,6 +530,21 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
   compat::zeroGrad(*optimizer_, set_to_none);
 }
 
+void DistributedOptimizer::reset_step() {
+  std::vector<Handle> pending;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (const auto& slot : state_->slots) {
+      if (slot.submitted) pending.push_back(slot.handle);
+    }
+  }
+  // The engine may still write into the slots' buffers until they end.
+  for (const Handle& h : pending) h.waitFor(std::chrono::hours(24));
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->resetStepLocked();
+  state_->synchronized = false;
+}
+
 const DistributedOptimizerOptions& DistributedOptimizer::options() const {
   return state_->options;
 }

@@ -34,4 +34,10 @@ std::vector<int64_t> shapeOf(const at::Tensor& tensor);
 // "allreduce 'name'" for messages.
 std::string what(const char* op, const std::string& name);
 
+// An optimizer's whole state (per-parameter state, param-group options,
+// defaults) as bytes, and back (broadcast_state.cc). loadOptimizer throws
+// InvalidArgument naming `root` when the bytes do not fit the optimizer.
+std::string saveOptimizer(const ::torch::optim::Optimizer& optimizer);
+void loadOptimizer(::torch::optim::Optimizer& optimizer, const std::string& bytes, int root);
+
 }  // namespace kolo::torch::detail

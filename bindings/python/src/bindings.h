@@ -16,5 +16,7 @@ void registerErrors(py::module_& m);
 void bindProcess(py::module_& m);
 // TensorHandle, ReduceOp and the tensor collectives (ops.cc).
 void bindOps(py::module_& m);
+// The primitives of kolo.torch.elastic (elastic.cc).
+void bindElastic(py::module_& m);
 
 }  // namespace kolo::python

@@ -132,4 +132,5 @@ PYBIND11_MODULE(_kolo, m) {
   kolo::python::registerErrors(m);
   kolo::python::bindProcess(m);
   kolo::python::bindOps(m);
+  kolo::python::bindElastic(m);
 }

@@ -121,7 +121,11 @@ struct Rendezvous {
 struct LaunchInfo {
   Identity identity;
   Rendezvous rendezvous;
-  std::string launcher;  // "kolo", "torchrun", "mpirun", "slurm" or "none"
+  std::string launcher;  // "kolo", "kolo-elastic", "torchrun", "mpirun", "slurm" or "none"
+  // Started by kolorun's elastic driver (KOLO_ELASTIC_WORKER): this process's
+  // worker id, and identity stays unset until init() joins a world
+  // (kolo/elastic_world.h); -1 otherwise.
+  int64_t elasticWorker = -1;
 };
 LaunchInfo launchInfoFromEnv(const EnvLookup& env = processEnv());
 

@@ -113,6 +113,26 @@ LaunchInfo launchInfoFromEnv(const EnvLookup& lookup) {
   LaunchInfo info;
   Identity& id = info.identity;
 
+  if (env.has("KOLO_ELASTIC_WORKER")) {
+    // kolorun's elastic driver: rank and size come from the world init()
+    // joins through the store, so only the store and the worker id are here.
+    info.launcher = "kolo-elastic";
+    const std::string who = "kolorun (elastic)";
+    info.elasticWorker = env.integer("KOLO_ELASTIC_WORKER", 0, 0, true, who);
+    info.rendezvous.addr = env.str("KOLO_RENDEZVOUS_ADDR");
+    if (info.rendezvous.addr.empty()) {
+      throw InvalidArgument("KOLO_ELASTIC_WORKER is set but KOLO_RENDEZVOUS_ADDR is not; "
+                            "elastic workers are started by kolorun, which sets both");
+    }
+    info.rendezvous.port = portFrom(env, "KOLO_RENDEZVOUS_PORT", 0);
+    info.rendezvous.secret = env.str("KOLO_SECRET_KEY");
+    if (info.rendezvous.secret.empty()) {
+      throw InvalidArgument("KOLO_SECRET_KEY is not set; kolorun passes the job's secret "
+                            "to every worker");
+    }
+    return info;
+  }
+
   if (env.has("KOLO_RANK")) {
     info.launcher = "kolo";
     const std::string who = "kolorun";

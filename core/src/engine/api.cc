@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 
+#include "elastic/worker_client.h"
 #include "kolo/kolo.h"
 #include "kolo/tcp_store.h"
 
@@ -17,6 +18,9 @@ struct DefaultEngine {
   std::mutex mu;
   std::unique_ptr<TcpStoreServer> server;  // rank 0 under torchrun/Slurm
   std::unique_ptr<Engine> engine;
+  // Elastic workers (kolorun's elastic driver): kept across shutdown/init.
+  std::unique_ptr<elastic::detail::WorkerClient> elastic;
+  std::vector<std::vector<int>> elasticSets;  // static sets of every elastic world
 };
 
 DefaultEngine& state() {
@@ -83,10 +87,20 @@ void init(std::vector<std::vector<int>> processSets) {
   }
   Config config = Config::fromEnv();
   LaunchInfo info = launchInfoFromEnv();
-  std::unique_ptr<TcpStoreServer> server;
-  auto store = connectStore(info, config, server);
-  s.engine = std::make_unique<Engine>(config, info.identity, store, std::move(processSets));
-  s.server = std::move(server);
+  if (info.elasticWorker >= 0) {
+    // The world (rank, size, store prefix) comes from the elastic driver;
+    // the process sets given to the first init() are rebuilt in every world.
+    if (!s.elastic) {
+      s.elastic = std::make_unique<elastic::detail::WorkerClient>(info, config);
+      s.elasticSets = std::move(processSets);
+    }
+    s.engine = s.elastic->startEngine(config, s.elasticSets);
+  } else {
+    std::unique_ptr<TcpStoreServer> server;
+    auto store = connectStore(info, config, server);
+    s.engine = std::make_unique<Engine>(config, info.identity, store, std::move(processSets));
+    s.server = std::move(server);
+  }
   liveEngine = s.engine.get();
   std::terminate_handler installed = std::get_terminate();
   if (installed != abortPeersThenTerminate) {
@@ -120,6 +134,14 @@ Engine& defaultEngine() {
   }
   return *s.engine;
 }
+
+namespace elastic::detail {
+WorkerClient* processClient() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.elastic.get();
+}
+}  // namespace elastic::detail
 
 int rank() { return defaultEngine().identity().rank; }
 int size() { return defaultEngine().identity().size; }

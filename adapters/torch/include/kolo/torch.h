@@ -243,6 +243,10 @@ class Context {
   // ("noname.<op>.<n>"; other sets: "noname.<op>.ps<id>.<n>").
   std::string name_or_next(const std::string& name, const char* op,
                            ProcessSet process_set = {});
+  // Generated names start again at 0 in every set. Elastic resets call this
+  // in every rank of a new world (new workers start at 0), so unnamed
+  // operations match again.
+  void reset_names();
 
  private:
   friend Context& default_context();
@@ -498,6 +502,12 @@ class DistributedOptimizer {
     DistributedOptimizer& owner_;
   };
   [[nodiscard]] SkipSynchronize skip_synchronize() { return SkipSynchronize(*this); }
+
+  // Forgets the gradients of the current step: waits for allreduces still
+  // in flight (after a failure they end with an error once the engine
+  // stops) and drops them, so zero_grad() and the next step start clean.
+  // For elastic training, after a peer failure interrupted a step.
+  void reset_step();
 
   // The wrapped optimizer's zero_grad(). Throws InvalidArgument while
   // allreduces are in flight (after backward, before step/synchronize).

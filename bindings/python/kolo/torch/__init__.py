@@ -79,6 +79,8 @@ from kolo.torch.process_sets import (  # noqa: F401
     remove_process_set,
 )
 from kolo.torch import process_sets as _process_sets
+from kolo.torch import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ...)
+from kolo.torch.elastic import HostsUpdatedInterrupt  # noqa: F401,E402
 
 __version__ = _kolo.build_info()["version"]
 

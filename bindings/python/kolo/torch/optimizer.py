@@ -242,6 +242,23 @@ class _DistributedMixin:
         if error is not None:
             raise error
 
+    def _kolo_abandon_step(self):
+        """Forgets the gradients of an interrupted step (elastic training,
+        after a peer failure): waits for the allreduces in flight, which end
+        with an error once the failed engine stops, and starts clean."""
+        for handle, _, _ in self._kolo_inflight.values():
+            try:
+                handle.wait()
+            except Exception:  # noqa: BLE001 (expected: the step failed)
+                pass
+        self._kolo_inflight.clear()
+        for group in self._kolo_groups:
+            group["ready"].clear()
+            group["submitted"] = False
+        for p in self._kolo_params:
+            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_synchronized = False
+
     @contextlib.contextmanager
     def skip_synchronize(self):
         """step() inside this block does not synchronize: call synchronize()

@@ -115,6 +115,19 @@ def _adopt(static_sets):
             _registered[set_id].append(ps)
 
 
+def _after_reset():
+    """An elastic reset started a new engine: the static sets came back with
+    their ids (the C++ side rebuilds them), the dynamic ones ended with the
+    old world and their ProcessSet objects are invalidated (add them again
+    in a reset callback)."""
+    alive = set(_kolo.process_set_ids())
+    for set_id in list(_registered):
+        if set_id not in alive:
+            for ps in _registered.pop(set_id):
+                ps.invalidate()
+    global_process_set.ranks = list(range(_kolo.size()))
+
+
 def _static_ranks(process_sets):
     """init()'s process_sets argument as ProcessSet objects ([] for None and
     "dynamic")."""

@@ -1,0 +1,252 @@
+"""State objects of kolo.torch.elastic (horovod.torch.elastic's API)."""
+import copy
+
+import torch
+
+from kolo import _kolo
+from kolo.torch.elastic.sampler import ElasticSampler
+from kolo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised on every rank together by State.commit() / check_host_updates()
+    when the driver changed the host set. Not a failure: run() re-forms the
+    world without rolling the state back. skip_sync is Horovod's field; kolo
+    always syncs."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the host set changed; re-forming the world (not a failure)")
+        self.skip_sync = skip_sync
+
+
+class State:
+    """Everything that must be equal on every rank and survive a reset.
+
+    Subclasses implement save() (a copy in memory), restore() (back to that
+    copy) and sync() (rank 0's state onto every rank; collective)."""
+
+    def __init__(self, bcast_object, get_rank):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions run after every re-initialisation, before the state is
+        synced (rescale the learning rate with hvd.size(), ...)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, update_res=None):
+        """Horovod's notification hook; kolo asks the driver in
+        check_host_updates() instead, so this does nothing."""
+
+    def commit(self):
+        """save(), then check_host_updates()."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Rank 0 asks the driver whether the host set changed and tells every
+        rank; raises HostsUpdatedInterrupt on every rank when it did.
+        Collective in an elastic job."""
+        if _kolo.elastic_hosts_updated():
+            raise HostsUpdatedInterrupt(False)
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+
+class ObjectState(State):
+    """Picklable Python values, given as keyword arguments and exposed as
+    attributes; sync() broadcasts rank 0's."""
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=_kolo.rank, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {attr: copy.deepcopy(getattr(self, attr))
+                             for attr in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            current = {attr: getattr(self, attr) for attr in self._saved_state}
+            self._saved_state = self._bcast_object(current)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, copy.deepcopy(value))
+
+
+class StateHandler:
+    """Saves, restores and syncs one object held by a TorchState."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def set_value(self, value):
+        self.value = value
+        self.save()
+
+
+class ModelStateHandler(StateHandler):
+    def __init__(self, model):
+        super().__init__(model)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class OptimizerStateHandler(StateHandler):
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        # A step interrupted by a failure left gradients in flight.
+        abandon = getattr(self.value, "_kolo_abandon_step", None)
+        if abandon is not None:
+            abandon()
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        abandon = getattr(self.value, "_kolo_abandon_step", None)
+        if abandon is not None:
+            abandon()
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class LRSchedulerStateHandler(StateHandler):
+    def __init__(self, scheduler):
+        super().__init__(scheduler)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(),
+                                                    name="elastic.lr_scheduler"))
+
+
+class SamplerStateHandler(StateHandler):
+    def __init__(self, sampler):
+        super().__init__(sampler)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(),
+                                                    name="elastic.sampler"))
+
+
+try:
+    _LRScheduler = torch.optim.lr_scheduler.LRScheduler
+except AttributeError:  # torch < 2.0
+    _LRScheduler = torch.optim.lr_scheduler._LRScheduler
+
+_handler_registry = [
+    (torch.nn.Module, ModelStateHandler),
+    (torch.optim.Optimizer, OptimizerStateHandler),
+    (_LRScheduler, LRSchedulerStateHandler),
+    (ElasticSampler, SamplerStateHandler),
+]
+
+
+def get_handler_registry():
+    return _handler_registry
+
+
+def set_handler_registry(registry):
+    global _handler_registry
+    _handler_registry = registry
+
+
+def _get_handler(value):
+    for handler_type, handler_cls in _handler_registry:
+        if isinstance(value, handler_type):
+            return handler_cls(value)
+    return None
+
+
+class TorchState(ObjectState):
+    """The state of a PyTorch training process: a model, an optimizer (a
+    DistributedOptimizer or any torch.optim optimizer) and keyword values.
+    Keyword values that are modules, optimizers, LR schedulers or
+    ElasticSamplers get their own handler; the others are picklable values
+    exposed as attributes (state.epoch, state.batch, ...)."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(dict(model=model, optimizer=optimizer))
+        self._handlers = {}
+        values = {}
+        for name, value in kwargs.items():
+            handler = _get_handler(value)
+            if handler is not None:
+                self._handlers[name] = handler
+            else:
+                values[name] = value
+        for name, handler in self._handlers.items():
+            setattr(self, name, handler.value)
+        super().__init__(bcast_object=broadcast_object, get_rank=_kolo.rank, **values)
+
+    def save(self):
+        for handler in self._handlers.values():
+            handler.save()
+        super().save()
+
+    def restore(self):
+        for handler in self._handlers.values():
+            handler.restore()
+        super().restore()
+
+    def sync(self):
+        for handler in self._handlers.values():
+            handler.sync()
+        super().sync()
+
+    def __setattr__(self, name, value):
+        if name != "_handlers" and hasattr(self, "_handlers") and name in self._handlers:
+            self._handlers[name].set_value(value)
+        super().__setattr__(name, value)
