@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/select.h"
+#include "kolo/build_config.h"
 #include "kolo/error.h"
 
 namespace kolo {
@@ -182,8 +183,19 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     set->controller = std::make_unique<Controller>(
         ctx.config, set->identity, comm::createControlChannel(ctx.config.controller, controlArgs),
         set->cache, set->stats, ctx.tunables, set->ranks, set->label);
-    set->executor =
-        std::make_unique<Executor>(set->identity, createDataPlane(ctx.config, dataArgs), set->stats);
+    // The GPU data plane connects at the set's first CUDA response, under
+    // "gpu/" beside the CPU data plane's keys.
+    GpuPath::Factory gpu;
+    if (KOLO_WITH_CUDA) {
+      gpu = [&config = ctx.config, &identity = set->identity, dataArgs] {
+        return comm::createGpuOps(config.gpuOperations,
+                                  comm::BackendArgs{config, identity, dataArgs.store,
+                                                    dataArgs.localAddress, dataArgs.worldRanks});
+      };
+    }
+    set->executor = std::make_unique<Executor>(set->identity,
+                                               createDataPlane(ctx.config, dataArgs), set->stats,
+                                               std::move(gpu), ctx.job.localRank);
   } catch (const Timeout& e) {
     throw Timeout(set->prefixed(e.what()));
   } catch (const PeerFailure& e) {
