@@ -81,15 +81,19 @@ def train(dev, side_stream):
     torch.manual_seed(5)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     model.to(dev)
+    if side_stream:
+        torch.cuda.synchronize()  # the parameters are ready before the side stream uses them
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     torch.manual_seed(9)
     stream = torch.cuda.Stream() if side_stream else None
     for _ in range(5):
-        x = torch.randn(4 * hvd.size(), 8)[4 * hvd.rank():4 * hvd.rank() + 4].to(dev)
-        y = torch.randn(4 * hvd.size(), 1)[4 * hvd.rank():4 * hvd.rank() + 4].to(dev)
+        x = torch.randn(4 * hvd.size(), 8)[4 * hvd.rank():4 * hvd.rank() + 4]
+        y = torch.randn(4 * hvd.size(), 1)[4 * hvd.rank():4 * hvd.rank() + 4]
         with torch.cuda.stream(stream) if stream is not None else _Null():
+            # Everything of the step on the side stream, the copies included.
+            x, y = x.to(dev), y.to(dev)
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
