@@ -1,6 +1,11 @@
 // Batched pack/unpack kernel throughput vs cudaMemcpy device-to-device.
 //
 //   bench_gpu_pack [--tensors N] [--total-mib M] [--iters K] [--csv FILE]
+//   bench_gpu_pack --resnet50 [--iters K] [--csv FILE]
+//
+// --resnet50: the 161 parameter tensors of ResNet-50 (53 convolutions, 53
+// batch norms' weight and bias, the classifier's weight and bias; 25.6 M
+// floats), the gradients DistributedOptimizer fuses each step.
 //
 // Packs N tensors of log-uniform mixed sizes (1 KiB .. 8 MiB, scaled to
 // M MiB in total) into one fusion buffer with one kernel launch (as the
@@ -55,6 +60,40 @@ double timeMs(cudaStream_t stream, int iters, Fn&& fn) {
   return ms / iters;
 }
 
+// Element counts of ResNet-50's parameters, in model order.
+std::vector<uint64_t> resnet50Counts() {
+  std::vector<uint64_t> c;
+  auto conv = [&](uint64_t out, uint64_t in, uint64_t k) { c.push_back(out * in * k * k); };
+  auto bn = [&](uint64_t n) {
+    c.push_back(n);
+    c.push_back(n);
+  };
+  conv(64, 3, 7);
+  bn(64);
+  uint64_t cin = 64;
+  const uint64_t widths[] = {64, 128, 256, 512};
+  const int blocks[] = {3, 4, 6, 3};
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < blocks[s]; ++b) {
+      const uint64_t w = widths[s], out = 4 * w;
+      conv(w, cin, 1);
+      bn(w);
+      conv(w, w, 3);
+      bn(w);
+      conv(out, w, 1);
+      bn(out);
+      if (b == 0) {
+        conv(out, cin, 1);  // shortcut
+        bn(out);
+      }
+      cin = out;
+    }
+  }
+  c.push_back(1000 * cin);
+  c.push_back(1000);
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,8 +101,18 @@ int main(int argc, char** argv) {
   double totalMiB = 256;
   int iters = 20;
   std::string csv;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool resnet50 = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--resnet50") {
+      resnet50 = true;
+      --i;  // takes no value
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", flag.c_str());
+      return 2;
+    }
     if (flag == "--tensors") tensors = std::atoi(argv[i + 1]);
     else if (flag == "--total-mib") totalMiB = std::atof(argv[i + 1]);
     else if (flag == "--iters") iters = std::atoi(argv[i + 1]);
@@ -96,6 +145,12 @@ int main(int argc, char** argv) {
     // Odd sizes on purpose: packed offsets are then mostly not 16-byte aligned.
     counts[t] |= 1;
     total += counts[t];
+  }
+  if (resnet50) {
+    counts = resnet50Counts();
+    tensors = static_cast<int>(counts.size());
+    total = 0;
+    for (uint64_t c : counts) total += c;
   }
   const size_t bytes = total * sizeof(float);
 

@@ -1,6 +1,7 @@
 // Fashion-MNIST CNN trained data-parallel with kolo.
 //
 //   kolorun -np 2 ./fashion_mnist [--epochs 3] [--batch-size 64] [--lr 0.001] [--data DIR]
+//       [--device cpu|cuda]   (default: cuda:local_rank when LibTorch sees a GPU)
 //
 // Each rank reads a disjoint shard of the training set (a distributed
 // sampler), gradients are averaged by kolo's DistributedOptimizer while
@@ -40,6 +41,7 @@ struct Args {
   int64_t batchSize = 64;
   double lr = 1e-3;
   std::string data = KOLO_FASHION_MNIST_DIR;
+  std::string device;  // "", "cpu" or "cuda"
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -61,8 +63,11 @@ Args parseArgs(int argc, char** argv) {
       a.lr = std::stod(next());
     } else if (k == "--data") {
       a.data = next();
+    } else if (k == "--device") {
+      a.device = next();
     } else {
-      std::printf("usage: fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--data DIR]\n");
+      std::printf("usage: fashion_mnist [--epochs N] [--batch-size B] [--lr LR] [--data DIR] "
+                  "[--device cpu|cuda]\n");
       std::exit(k == "--help" || k == "-h" ? 0 : 2);
     }
   }
@@ -93,8 +98,13 @@ int main(int argc, char** argv) {
   auto testLoader = torch::data::make_data_loader(
       std::move(test), testSampler, torch::data::DataLoaderOptions().batch_size(1000));
 
+  torch::Device device = kt::device();
+  if (args.device == "cpu") device = torch::Device(torch::kCPU);
+  if (args.device == "cuda") {
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(kt::local_rank()));
+  }
   Net model;
-  model->to(kt::device());
+  model->to(device);
   kt::broadcast_parameters(*model, 0);  // every rank starts from rank 0's weights
   auto adam = std::make_shared<torch::optim::Adam>(
       model->parameters(), torch::optim::AdamOptions(args.lr * size));
@@ -102,8 +112,8 @@ int main(int argc, char** argv) {
 
   const size_t batchesPerEpoch = (trainSize / size + args.batchSize - 1) / args.batchSize;
   if (rank == 0) {
-    std::printf("Fashion-MNIST: %zu training images, %d ranks, batch %lld per rank\n", trainSize,
-                size, static_cast<long long>(args.batchSize));
+    std::printf("Fashion-MNIST: %zu training images, %d ranks, batch %lld per rank, on %s\n",
+                trainSize, size, static_cast<long long>(args.batchSize), device.str().c_str());
     std::fflush(stdout);
   }
   double accuracy = 0;
@@ -115,7 +125,8 @@ int main(int argc, char** argv) {
     size_t batches = 0, images = 0;
     for (auto& batch : *trainLoader) {
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+      auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data.to(device)),
+                                                       batch.target.to(device));
       loss.backward();
       optimizer.step();
       lossSum += loss.item<double>();
@@ -139,8 +150,8 @@ int main(int argc, char** argv) {
     torch::NoGradGuard noGrad;
     int64_t correct = 0, seen = 0;
     for (auto& batch : *testLoader) {
-      auto predicted = model->forward(batch.data).argmax(1);
-      correct += predicted.eq(batch.target).sum().item<int64_t>();
+      auto predicted = model->forward(batch.data.to(device)).argmax(1);
+      correct += predicted.eq(batch.target.to(device)).sum().item<int64_t>();
       seen += batch.data.size(0);
     }
     auto counts = kt::allreduce(torch::tensor({correct, seen}, torch::kInt64), kt::Sum, "test.counts");

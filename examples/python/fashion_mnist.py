@@ -66,18 +66,24 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3, help="scaled by the number of ranks")
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        help="default: cuda:local_rank when CUDA is available, else cpu")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # one core per rank; kolo's thread needs the rest
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     torch.manual_seed(1234)
+    use_cuda = args.device == "cuda" or (args.device is None and torch.cuda.is_available())
+    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
 
     train_x, train_y = load(args.data, "train")
     test_x, test_y = load(args.data, "t10k")
     test_x, test_y = test_x[rank::size], test_y[rank::size]
+    train_x, train_y = train_x.to(device), train_y.to(device)
+    test_x, test_y = test_x.to(device), test_y.to(device)
 
-    model = Net()
+    model = Net().to(device)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr * size)
     optimizer = hvd.DistributedOptimizer(
@@ -88,8 +94,8 @@ def main():
     per_rank = len(train_x) // size
     batches_per_epoch = (per_rank + args.batch_size - 1) // args.batch_size
     if rank == 0:
-        print("Fashion-MNIST: %d training images, %d ranks, batch %d per rank"
-              % (len(train_x), size, args.batch_size), flush=True)
+        print("Fashion-MNIST: %d training images, %d ranks, batch %d per rank, on %s"
+              % (len(train_x), size, args.batch_size, device), flush=True)
 
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -99,7 +105,7 @@ def main():
         start = time.time()
         loss_sum, images = 0.0, 0
         for b in range(batches_per_epoch):
-            idx = shard[b * args.batch_size:(b + 1) * args.batch_size]
+            idx = shard[b * args.batch_size:(b + 1) * args.batch_size].to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             loss.backward()

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "kolo/build_config.h"
 #include "core/ops_util.h"
 #include "harness/harness.h"
 
@@ -179,6 +180,42 @@ TEST(Mismatch, EveryKindFailsOnEveryRankWhileOthersComplete) {
       }
       hg.wait();
       EXPECT_FLOAT_EQ(good[4], 2.0f);
+    });
+  }
+}
+
+// Horovod's CPU/GPU mismatch: one rank passes a CPU tensor, another a CUDA
+// one. Negotiation refuses it on every rank before anything is executed,
+// so host memory tagged as CUDA is enough here (no GPU is touched).
+TEST(Mismatch, CpuOnOneRankCudaOnAnotherFailsOnEveryRank) {
+  if (!KOLO_WITH_CUDA) GTEST_SKIP() << "build without CUDA refuses CUDA tensors at enqueue";
+  for (int cudaRank : {0, 1}) {
+    spawn(2, [&](int rank, Engine& engine) {
+      std::vector<float> bad(4, 1.0f), good(5, 1.0f);
+      Request q = makeRequest("mixed", OpType::kAllreduce, DataType::kFloat32, {4});
+      if (rank == cudaRank) {
+        q.device = DeviceKind::kCuda;
+        q.deviceIndex = 0;
+      }
+      Handle hb = engine.enqueue(q, Entry{bad.data(), bad.data(), {}, {}});
+      Handle hg = engine.enqueue(makeRequest("good", OpType::kAllreduce, DataType::kFloat32, {5}),
+                                 Entry{good.data(), good.data(), {}, {}});
+      try {
+        hb.wait();
+        ADD_FAILURE() << "no error on rank " << rank;
+      } catch (const Mismatch& m) {
+        const std::string first = cudaRank == 0 ? "cuda" : "cpu";
+        const std::string second = cudaRank == 0 ? "cpu" : "cuda";
+        EXPECT_NE(std::string(m.what()).find(
+                      "tensor 'mixed': ranks disagree on the device (pass the tensor on the "
+                      "same kind of device on every rank): rank 0 sent a " + first +
+                      " tensor, rank 1 sent a " + second + " tensor"),
+                  std::string::npos)
+            << "rank " << rank << " got: " << m.what();
+      }
+      hg.wait();  // the job goes on
+      EXPECT_FLOAT_EQ(good[4], 2.0f);
+      EXPECT_FLOAT_EQ(bad[0], 1.0f);  // untouched
     });
   }
 }

@@ -14,6 +14,7 @@
 #include "comm/cuda/memory.h"
 #include "comm/cuda/staged_collectives.h"
 #include "comm/select.h"
+#include "execution/reduce.h"
 #include "comm/test_values.h"
 #include "execution/executor.h"
 #include "kolo/build_config.h"
@@ -209,6 +210,27 @@ TEST(GpuStaging, HostMemoryPassesThroughToGloo) {
     std::vector<int32_t> all(2, -1);
     staged->allgatherv(mine.data(), all.data(), {1, 1}, DataType::kInt32);
     EXPECT_EQ(all, (std::vector<int32_t>{0, 1}));
+  });
+}
+
+// A CUDA-aware MPI gets device buffers directly (comm/gpu_route.h): the
+// wrapper is then named after the backend alone and still passes host
+// memory straight through (float16 included, which it would stage for
+// device memory). Over gloo here: the pass-through logic does not depend
+// on the backend.
+TEST(GpuStaging, DeviceDirectKeepsTheBackendNameAndPassesHostMemory) {
+  runWithArgs(2, [](int rank, const comm::BackendArgs& args) {
+    comm::cuda::StagedCollectives direct(comm::createCollectives("gloo", args),
+                                         std::make_shared<comm::cuda::DeviceSet>(), rank, 2,
+                                         /*deviceDirect=*/true);
+    EXPECT_STREQ(direct.name(), "gloo");
+    std::vector<uint16_t> half = {floatToHalf(1.0f + rank), floatToHalf(2.0f)};
+    direct.allreduce(half.data(), half.size(), DataType::kFloat16, ReduceOp::kSum);
+    EXPECT_EQ(halfToFloat(half[0]), 3.0f);
+    EXPECT_EQ(halfToFloat(half[1]), 4.0f);
+    std::vector<int32_t> in = {rank, rank, rank, rank}, out(2, -1);
+    direct.reducescatter(in.data(), out.data(), {2, 2}, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(out, (std::vector<int32_t>{1, 1}));
   });
 }
 

@@ -5,15 +5,19 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #ifndef KOLO_TORCH_WITH_CUDA
 #define KOLO_TORCH_WITH_CUDA 0  // set by adapters/torch/CMakeLists.txt
 #endif
 #if KOLO_TORCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -62,12 +66,48 @@ inline StateKey stateKey(const at::Tensor& param) {
   return detail::makeStateKey(param, static_cast<StateKey*>(nullptr));
 }
 
-// Makes the work queued on tensor's current CUDA stream visible to the
-// engine's threads before its memory is read. No-op for CPU tensors.
-inline void waitUntilReady(const at::Tensor& tensor) {
+// A CUDA event recorded on the current stream of tensor's device (the
+// stream that produced it: in a gradient hook, autograd's stream for that
+// device), as the void* cudaEvent_t Entry::readyEvent takes. The engine's
+// comm stream waits on it; no host thread blocks. nullptr for CPU tensors.
+// The event lives as long as the returned pointer.
+inline std::shared_ptr<void> recordReady(const at::Tensor& tensor) {
 #if KOLO_TORCH_WITH_CUDA
   if (tensor.is_cuda()) {
-    c10::cuda::getCurrentCUDAStream(tensor.get_device()).synchronize();
+    auto event = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+    event->record(c10::cuda::getCurrentCUDAStream(tensor.get_device()));
+    return std::shared_ptr<void>(event, static_cast<void*>(event->event()));
+  }
+#else
+  (void)tensor;
+#endif
+  return nullptr;
+}
+
+// at::empty(shape, options), for a CUDA tensor under stream (a cudaStream_t
+// from kolo::outputAllocationStream(); nullptr: the current stream), so the
+// caching allocator ties the memory to the stream that writes it.
+inline at::Tensor emptyOnStream(const std::vector<int64_t>& shape,
+                                const at::TensorOptions& options, void* stream) {
+#if KOLO_TORCH_WITH_CUDA
+  if (stream != nullptr && options.device().is_cuda()) {
+    c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromExternal(
+        static_cast<cudaStream_t>(stream), options.device().index()));
+    return at::empty(shape, options);
+  }
+#else
+  (void)stream;
+#endif
+  return at::empty(shape, options);
+}
+
+// tensor (allocated on the engine's comm stream) is used on the caller's
+// current stream from here on: its memory is not reused before that
+// stream's work is done. No-op for CPU tensors.
+inline void recordCurrentStream(const at::Tensor& tensor) {
+#if KOLO_TORCH_WITH_CUDA
+  if (tensor.defined() && tensor.is_cuda()) {
+    tensor.record_stream(c10::cuda::getCurrentCUDAStream(tensor.get_device()).unwrap());
   }
 #else
   (void)tensor;

@@ -25,6 +25,10 @@ at::Tensor TensorHandle::wait() const {
   bodyOf(body_).handle.wait();
   std::lock_guard<std::mutex> lock(body_->mu);
   if (!body_->finished) {
+    // The GPU work finished before the handle completed (gpu_path.h), so
+    // the caller's stream needs no event; memory the engine allocated on
+    // its comm stream is now used on the caller's stream.
+    if (body_->negotiated) compat::recordCurrentStream(body_->output);
     if (body_->target.defined()) {
       at::NoGradGuard noGrad;
       body_->target.copy_(body_->output);
@@ -58,7 +62,8 @@ std::shared_ptr<HandleBody> prepare(const at::Tensor& tensor, Output output, Req
   detail::describeTensor(tensor, detail::what(toString(request.op), request.name), request);
   auto body = std::make_shared<HandleBody>();
   at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  compat::waitUntilReady(work);
+  body->ready = compat::recordReady(work);
+  entry.readyEvent = body->ready.get();
   body->input = work;
   entry.input = work.data_ptr();
   switch (output) {
@@ -73,8 +78,9 @@ std::shared_ptr<HandleBody> prepare(const at::Tensor& tensor, Output output, Req
       break;
     case Output::kNegotiated: {
       auto options = work.options();
+      body->negotiated = true;
       entry.allocate = [body, options](const std::vector<int64_t>& shape) {
-        at::Tensor out = at::empty(shape, options);
+        at::Tensor out = compat::emptyOnStream(shape, options, kolo::outputAllocationStream());
         std::lock_guard<std::mutex> lock(body->mu);
         body->output = out;
         return out.data_ptr();

@@ -31,6 +31,7 @@ struct DistributedOptimizer::State {
     bool submitted = false;  // allreduce enqueued for this step
     at::Tensor send;         // the allreduce's input, alive until synchronize
     at::Tensor buffer;       // the allreduce's output, reused across steps
+    std::shared_ptr<void> ready;  // CUDA: send's ready event, alive until synchronize
     Handle handle;
     // A sparse gradient travels as two allgathers (indices, values).
     bool sparse = false;
@@ -104,7 +105,10 @@ struct DistributedOptimizer::State {
     } else {
       s.send = grad;
     }
-    compat::waitUntilReady(s.send);
+    // Recorded on the current stream: in the hook, autograd's stream that
+    // produced the gradient; in synchronize(), the caller's.
+    s.ready = compat::recordReady(s.send);
+    entry.readyEvent = s.ready.get();
     request.name = s.requestName;
     request.op = OpType::kAllreduce;
     detail::describeTensor(s.send, detail::what("allreduce", request.name), request);

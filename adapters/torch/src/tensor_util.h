@@ -1,6 +1,7 @@
 // Checks and conversions shared by the adapter's operations.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ struct HandleBody {
   at::Tensor input;
   at::Tensor output;
   at::Tensor target;
+  // CUDA: the event the engine's comm stream waits on before reading
+  // input (Entry::readyEvent).
+  std::shared_ptr<void> ready;
+  // output was allocated by the engine (on its comm stream): wait() marks
+  // it used on the caller's stream.
+  bool negotiated = false;
   std::mutex mu;
   bool finished = false;
 };

@@ -56,7 +56,18 @@ struct Entry {
   // Called on the background thread when the operation ends, before waiters
   // wake.
   std::function<void(const Status&)> onDone;
+  // CUDA tensors: a cudaEvent_t recorded on the stream that produced input
+  // (the caller's current stream), or nullptr when input is ready already.
+  // The engine's communication stream waits on it before reading input; the
+  // host never does. Owned by the caller; must stay valid until onDone.
+  void* readyEvent = nullptr;
 };
+
+// While an OutputAllocator runs for a CUDA tensor on the background thread:
+// the cudaStream_t (as void*) the engine writes that output on. Allocate
+// under it so a stream-ordered caching allocator ties the memory to it.
+// nullptr at any other time.
+void* outputAllocationStream();
 
 struct HandleState;
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "comm/cuda/gpu_ops.h"
+#include "comm/gpu_route.h"
 #include "comm/gloo/factory.h"
 #include "comm/hierarchical/collectives.h"
 #include "comm/shm/factory.h"
@@ -163,28 +164,40 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args) {
   return createControlChannel(config.controller, args);
 }
 
+GpuRoute gpuRoute(const std::string& backend) {
+  GpuBuild build;
+  build.cuda = KOLO_WITH_CUDA;
+  build.nccl = KOLO_WITH_NCCL;
+  build.mpi = KOLO_WITH_MPI;
+  return routeGpuOperations(backend, build, [] {
+#if KOLO_WITH_MPI
+    return mpi::cudaAware();
+#else
+    return false;
+#endif
+  });
+}
+
 std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                                                   const BackendArgs& args,
                                                   std::shared_ptr<cuda::DeviceSet> devices) {
+  const GpuRoute route = gpuRoute(backend);  // throws for what this build lacks
 #if KOLO_WITH_CUDA
   const BackendArgs gpuArgs{args.config, args.identity,
                             std::make_shared<PrefixStore>("gpu/", args.store),
                             args.localAddress, args.worldRanks};
 #if KOLO_WITH_NCCL
-  if (backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
+  if (route.backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
 #endif
-  if (backend == "gloo" || backend == "mpi") {
-    return std::make_unique<cuda::StagedCollectives>(createCollectives(backend, gpuArgs),
-                                                     std::move(devices), args.identity.rank,
-                                                     args.identity.size);
-  }
-  notBuilt(backend, "KOLO_GPU_OPERATIONS");
+  // A CUDA-aware MPI takes device buffers itself (staged == false); the
+  // staging wrapper then only stages what MPI reduces on the host.
+  return std::make_unique<cuda::StagedCollectives>(
+      createCollectives(route.backend, gpuArgs), std::move(devices), args.identity.rank,
+      args.identity.size, !route.staged);
 #else
   (void)args;
   (void)devices;
-  throw InvalidArgument("KOLO_GPU_OPERATIONS=" + backend +
-                        ": this build of kolo has no CUDA support (rebuild with "
-                        "KOLO_WITH_CUDA=ON and the CUDA toolkit)");
+  throw Internal("gpu route '" + route.name() + "' in a build without CUDA");
 #endif
 }
 
@@ -193,7 +206,8 @@ std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const Bac
   auto devices = std::make_shared<cuda::DeviceSet>();
   auto collectives = createGpuCollectives(backend, args, devices);
   return std::make_unique<cuda::GpuExecutor>(std::move(devices), std::move(collectives),
-                                             args.identity.rank, args.identity.size);
+                                             args.identity.rank, args.identity.size,
+                                             args.config.timeout);
 #else
   createGpuCollectives(backend, args, nullptr);  // throws: no CUDA in this build
   return nullptr;

@@ -8,6 +8,7 @@
 #include "comm/backend_args.h"
 #include "comm/collectives.h"
 #include "comm/control_channel.h"
+#include "comm/gpu_route.h"
 
 namespace kolo::comm {
 
@@ -54,6 +55,11 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args);
 // under "gpu/" in args.store, apart from the CPU backend's. Throws
 // InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks the
 // backend or CUDA.
+// The data plane KOLO_GPU_OPERATIONS=backend gives CUDA tensors in this
+// build (comm/gpu_route.h); "mpi" asks the MPI library whether it is
+// CUDA-aware. Throws InvalidArgument as createGpuCollectives.
+GpuRoute gpuRoute(const std::string& backend);
+
 std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                                                   const BackendArgs& args,
                                                   std::shared_ptr<cuda::DeviceSet> devices);

@@ -190,7 +190,7 @@ std::string opWhat(const Request& q) {
 
 Handle Engine::enqueue(Request request, Entry entry) {
   const ProcessSetInfo set = impl_->table.memberOf(request.processSet, opWhat(request));
-  checkRequest(request, entry, set);
+  checkRequest(request, entry, set, impl_->config);
   if (impl_->table.joined(request.processSet)) {
     throw InvalidArgument("'" + request.name + "': this rank has joined" +
                           (set.id == 0 ? "" : " " + processSetLabel(set.id, set.ranks)) +
@@ -229,7 +229,7 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<Request> requests,
                        std::to_string(requests[i].processSet) + " but '" + requests[0].name +
                        "' a " + toString(kind) + " of process set " + std::to_string(setId) +
                        "; a group holds one kind of operation in one process set");
-    checkRequest(requests[i], entries[i], set);
+    checkRequest(requests[i], entries[i], set, impl_->config);
     PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set);
     op.msg.group = group;
     op.msg.groupSize = static_cast<int>(entries.size());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/select.h"
+#include "kolo/build_config.h"
 #include "kolo/error.h"
 
 namespace kolo {
@@ -175,12 +176,22 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     set->controller = std::make_unique<Controller>(
         ctx.config, set->identity, comm::createControlPlane(controlArgs),
         set->cache, set->stats, ctx.tunables, set->ranks, set->label);
-    // Every set (set 0 included) chooses its planes by where its own ranks
-    // run: shared memory on one host, hierarchical across uniform hosts.
+    // Every set (set 0 included) chooses its CPU planes by where its own
+    // ranks run: shared memory on one host, hierarchical across uniform
+    // hosts. The GPU data plane connects at the set's first CUDA response,
+    // under "gpu/" beside the CPU data plane's keys.
+    GpuPath::Factory gpu;
+    if (KOLO_WITH_CUDA) {
+      gpu = [&config = ctx.config, &identity = set->identity, dataArgs] {
+        return comm::createGpuOps(config.gpuOperations,
+                                  comm::BackendArgs{config, identity, dataArgs.store,
+                                                    dataArgs.localAddress, dataArgs.worldRanks});
+      };
+    }
     set->executor = std::make_unique<Executor>(
         set->identity,
         comm::createCpuDataPlane(dataArgs, &set->dataPlane, &set->dataPlaneFellBack),
-        set->stats);
+        set->stats, std::move(gpu), ctx.job.localRank);
   } catch (const Timeout& e) {
     throw Timeout(set->prefixed(e.what()));
   } catch (const PeerFailure& e) {

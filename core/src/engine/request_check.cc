@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include "engine/process_set.h"
+#include "kolo/build_config.h"
 
 namespace kolo {
 
-void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set) {
+void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set,
+                  const Config& config) {
   auto fail = [&](const std::string& what) {
     throw InvalidArgument("'" + q.name + "' (" + toString(q.op) + "): " + what);
   };
@@ -26,11 +28,18 @@ void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set) {
     fail("Adasum of CUDA tensors is not supported yet (it runs on the CPU data plane); "
          "reduce a CPU copy of the tensor");
   }
-  if (q.device != DeviceKind::kCpu) {
-    fail("tensor is on a CUDA device but this build has no GPU data plane; "
-         "move it to the CPU first");
-  }
   const bool reduces = q.op == OpType::kAllreduce || q.op == OpType::kReducescatter;
+  if (q.device != DeviceKind::kCpu) {
+    if (!KOLO_WITH_CUDA) {
+      fail("tensor is on a CUDA device but this build of kolo has no CUDA support; move it "
+           "to the CPU first, or use a kolo built with KOLO_WITH_CUDA=ON");
+    }
+    if (reduces && q.dtype == DataType::kInt16 && config.gpuOperations == "nccl") {
+      fail("NCCL has no 16-bit integer type, so int16 CUDA tensors cannot be reduced with "
+           "KOLO_GPU_OPERATIONS=nccl; convert the tensor to int32, or set "
+           "KOLO_GPU_OPERATIONS=gloo");
+    }
+  }
   if (reduces && q.dtype == DataType::kBool &&
       (q.reduceOp == ReduceOp::kAverage)) {
     fail("average is not defined for bool tensors; use sum (logical or), min or max");

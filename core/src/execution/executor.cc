@@ -78,8 +78,11 @@ void fillNeutral(void* buf, size_t count, DataType dtype, ReduceOp op) {
 }
 
 Executor::Executor(const Identity& identity, std::unique_ptr<comm::Collectives> collectives,
-                   EngineStats& stats)
-    : identity_(identity), collectives_(std::move(collectives)), stats_(stats) {}
+                   EngineStats& stats, GpuPath::Factory gpu, int gpuDevice)
+    : identity_(identity),
+      collectives_(std::move(collectives)),
+      stats_(stats),
+      gpu_(identity, std::move(gpu), stats, gpuDevice) {}
 
 void Executor::execute(const Response& response, const std::vector<PendingOp*>& ops) {
   rows_.clear();
@@ -89,10 +92,22 @@ void Executor::execute(const Response& response, const std::vector<PendingOp*>& 
       if (op != nullptr && op->traced) rows_.push_back(op->row);
     }
     if (!rows_.empty()) {
-      const char*& name = spanNames_.at(static_cast<size_t>(response.op));
-      if (name == nullptr) name = timeline_->collectiveName(collectives_->name(), response.op);
-      collectiveSpan_ = name;
+      // CUDA responses: the GPU data plane's name ("NCCL_ALLREDUCE"), known
+      // once it exists (it is created by the first CUDA response).
+      const bool cuda = response.device == DeviceKind::kCuda;
+      const char*& name = (cuda ? gpuSpanNames_ : spanNames_).at(static_cast<size_t>(response.op));
+      if (name == nullptr) {
+        const std::string plane = cuda ? gpu_.name() : collectives_->name();
+        if (!plane.empty()) name = timeline_->collectiveName(plane, response.op);
+      }
+      collectiveSpan_ = name != nullptr ? name : timeline_->collectiveName("gpu", response.op);
     }
+  }
+  if (response.device == DeviceKind::kCuda) {
+    traceBegin(collectiveSpan_);
+    gpu_.execute(response, ops);
+    traceEnd(collectiveSpan_);
+    return;
   }
   switch (response.op) {
     case OpType::kAllreduce: return allreduce(response, ops);

@@ -10,6 +10,7 @@
 #include "comm/collectives.h"
 #include "execution/adasum.h"
 #include "execution/fusion.h"
+#include "execution/gpu_path.h"
 #include "kolo/engine.h"
 #include "negotiation/message.h"
 #include "engine/pending.h"
@@ -19,11 +20,15 @@ namespace kolo {
 
 class Executor {
  public:
+  // gpu: the data plane for CUDA tensors, created at the first CUDA
+  // response (empty: this build has none); gpuDevice: the device a joined
+  // rank uses before it has seen a CUDA tensor (the job's local rank).
   Executor(const Identity& identity, std::unique_ptr<comm::Collectives> collectives,
-           EngineStats& stats);
+           EngineStats& stats, GpuPath::Factory gpu = {}, int gpuDevice = 0);
 
   // ops[i] is this rank's operation for response.names[i], or nullptr when
-  // this rank has joined and contributes a neutral value. Fills results into
+  // this rank has joined and contributes a neutral value. Responses on CUDA
+  // tensors go to the GPU path (execution/gpu_path.h). Fills results into
   // the ops' handle states (shape, splits) but does not complete them; throws
   // on backend failure (the engine then fails the job).
   void execute(const Response& response, const std::vector<PendingOp*>& ops);
@@ -35,6 +40,7 @@ class Executor {
   void setTimeline(timeline::Timeline* timeline) {
     timeline_ = timeline;
     spanNames_.fill(nullptr);
+    gpuSpanNames_.fill(nullptr);
   }
 
  private:
@@ -57,10 +63,12 @@ class Executor {
   FusionBuffer fusion_;
   FusionBuffer scratch_;
   Adasum adasum_;  // ReduceOp::kAdasum responses
+  GpuPath gpu_;    // DeviceKind::kCuda responses
   timeline::Timeline* timeline_ = nullptr;
   std::vector<int> rows_;                   // traced rows of the current response
   const char* collectiveSpan_ = nullptr;    // "GLOO_ALLREDUCE" when rows_ is not empty
   std::array<const char*, 8> spanNames_{};  // per OpType, owned by timeline_
+  std::array<const char*, 8> gpuSpanNames_{};  // the same for CUDA responses
 };
 
 // Fills buf with the identity element of op (0 for sum, 1 for product, the

@@ -63,7 +63,13 @@ std::string findMismatch(const std::string& name,
     if (a.dtype != b.dtype) {
       return differ("dtype", describe(a.dtype, a.shape), describe(b.dtype, b.shape));
     }
-    if (a.device != b.device) return differ("device", toString(a.device), toString(b.device));
+    if (a.device != b.device) {
+      // Horovod's CPU/GPU mismatch: one rank's tensor is on the CPU,
+      // another's on a GPU.
+      return differ("the device (pass the tensor on the same kind of device on every rank)",
+                    std::string("a ") + toString(a.device) + " tensor",
+                    std::string("a ") + toString(b.device) + " tensor");
+    }
     bool shapeOk;
     if (freeFirstDim) {
       shapeOk = a.shape.size() == b.shape.size() && !a.shape.empty() &&

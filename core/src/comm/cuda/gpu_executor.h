@@ -19,6 +19,7 @@
 // collectives inside are collective calls).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -36,8 +37,10 @@ class GpuExecutor final : public GpuOps {
  public:
   // collectives: built by comm::createGpuCollectives (nccl, or mpi/gloo
   // over pinned staging) on the same DeviceSet.
+  // timeout: how long waitDone() waits (KOLO_TIMEOUT).
   GpuExecutor(std::shared_ptr<DeviceSet> devices, std::unique_ptr<comm::Collectives> collectives,
-              int rank, int size);
+              int rank, int size,
+              std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
 
   const char* name() const override { return collectives_->name(); }
   comm::Collectives& collectives() { return *collectives_; }
@@ -61,14 +64,18 @@ class GpuExecutor final : public GpuOps {
   void alltoallv(int device, const void* in, const std::vector<size_t>& sendCounts, void* out,
                  const std::vector<size_t>& recvCounts, DataType dtype) override;
   // in holds sum(counts) elements, out receives counts[rank]; op may be
-  // kAverage.
+  // kAverage. in == nullptr: a joined rank (the op's identity goes in, out
+  // is ignored). For allgatherv/alltoallv out == nullptr receives into
+  // scratch (a joined rank).
   void reducescatter(int device, const void* in, void* out, const std::vector<size_t>& counts,
                      DataType dtype, ReduceOp op, double prescale, double postscale) override;
 
+  void* stream(int device) override { return devices_->at(device).stream(); }
   // Event after everything enqueued on device's comm stream so far.
   void* recordDone(int device) override { return devices_->at(device).recordDone(); }
   // Blocks until device's comm stream is idle.
   void synchronize(int device) override { devices_->at(device).synchronize(); }
+  void waitDone(int device) override;
 
  private:
   // How a reduction with op finishes after the backend call.
@@ -83,6 +90,7 @@ class GpuExecutor final : public GpuOps {
   const int rank_;
   const int size_;
   const bool nativeAverage_;  // the backend reduces kAverage itself (ncclAvg)
+  const std::chrono::milliseconds timeout_;
 };
 
 }  // namespace kolo::comm::cuda

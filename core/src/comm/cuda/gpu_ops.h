@@ -42,15 +42,24 @@ class GpuOps {
                           const std::vector<size_t>& counts, DataType dtype) = 0;
   virtual void alltoallv(int device, const void* in, const std::vector<size_t>& sendCounts,
                          void* out, const std::vector<size_t>& recvCounts, DataType dtype) = 0;
+  // Joined ranks pass in == nullptr (reducescatter) or out == nullptr
+  // (allgatherv, alltoallv): neutral values / scratch are used.
   virtual void reducescatter(int device, const void* in, void* out,
                              const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
                              double prescale, double postscale) = 0;
 
+  // The comm stream (a cudaStream_t) of device: outputs are written there.
+  virtual void* stream(int device) = 0;
   // A cudaEvent_t after everything enqueued on device's comm stream so far
   // (valid until the next call): outputs are ready once it completes.
   virtual void* recordDone(int device) = 0;
   // Blocks until device's comm stream is idle.
   virtual void synchronize(int device) = 0;
+  // Records a done event after everything enqueued on device's comm stream
+  // and waits for it, polling (no cudaStreamSynchronize), at most the
+  // executor's timeout (KOLO_TIMEOUT): Timeout naming the device after
+  // that, Internal for a CUDA error (e.g. a faulting kernel).
+  virtual void waitDone(int device) = 0;
 };
 
 }  // namespace kolo::comm::cuda

@@ -19,13 +19,33 @@ char* offset(void* base, size_t bytes) { return static_cast<char*>(base) + bytes
 }  // namespace
 
 StagedCollectives::StagedCollectives(std::unique_ptr<comm::Collectives> host,
-                                     std::shared_ptr<DeviceSet> devices, int rank, int size)
-    : host_(std::move(host)), devices_(std::move(devices)), rank_(rank), size_(size) {
+                                     std::shared_ptr<DeviceSet> devices, int rank, int size,
+                                     bool deviceDirect)
+    : host_(std::move(host)),
+      devices_(std::move(devices)),
+      rank_(rank),
+      size_(size),
+      deviceDirect_(deviceDirect) {
   KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
                  "staged collectives: bad identity rank " + std::to_string(rank) + " of size " +
                      std::to_string(size));
   KOLO_CHECK_ARG(host_ != nullptr && devices_ != nullptr, "staged collectives: missing backend");
-  name_ = std::string(host_->name()) + "+staging";
+  name_ = std::string(host_->name()) + (deviceDirect_ ? "" : "+staging");
+}
+
+DeviceContext* StagedCollectives::stageFor(bool reduces, DataType dtype, const void* a,
+                                           const void* b) {
+  DeviceContext* ctx = contextOf(a, b);
+  if (ctx == nullptr || !deviceDirect_) return ctx;
+  const bool hostReduction =
+      reduces && (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16);
+  if (!hostReduction) {
+    // MPI reads the device buffers: what is queued on the comm stream
+    // (packing kernels) must have finished first.
+    ctx->synchronize();
+    return nullptr;
+  }
+  return ctx;
 }
 
 DeviceContext* StagedCollectives::contextOf(const void* a, const void* b) {
@@ -57,7 +77,7 @@ void StagedCollectives::toDevice(DeviceContext& ctx, void* dst, const void* src,
 }
 
 void StagedCollectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
-  DeviceContext* ctx = contextOf(buf);
+  DeviceContext* ctx = stageFor(true, dtype, buf);
   if (ctx == nullptr) return host_->allreduce(buf, count, dtype, op);
   const size_t bytes = count * elementSize(dtype);
   void* stage = ctx->staging(bytes);
@@ -68,7 +88,7 @@ void StagedCollectives::allreduce(void* buf, size_t count, DataType dtype, Reduc
 
 void StagedCollectives::allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
                                    DataType dtype) {
-  DeviceContext* ctx = contextOf(in, out);
+  DeviceContext* ctx = stageFor(false, dtype, in, out);
   if (ctx == nullptr) return host_->allgatherv(in, out, counts, dtype);
   checkCounts(counts, "allgatherv");
   const size_t es = elementSize(dtype);
@@ -84,7 +104,7 @@ void StagedCollectives::allgatherv(const void* in, void* out, const std::vector<
 }
 
 void StagedCollectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
-  DeviceContext* ctx = contextOf(buf);
+  DeviceContext* ctx = stageFor(false, dtype, buf);
   if (ctx == nullptr) return host_->broadcast(buf, count, dtype, root);
   const size_t bytes = count * elementSize(dtype);
   void* stage = ctx->staging(bytes);
@@ -98,7 +118,7 @@ void StagedCollectives::broadcast(void* buf, size_t count, DataType dtype, int r
 void StagedCollectives::alltoallv(const void* in, const std::vector<size_t>& sendCounts,
                                   void* out, const std::vector<size_t>& recvCounts,
                                   DataType dtype) {
-  DeviceContext* ctx = contextOf(in, out);
+  DeviceContext* ctx = stageFor(false, dtype, in, out);
   if (ctx == nullptr) return host_->alltoallv(in, sendCounts, out, recvCounts, dtype);
   const size_t es = elementSize(dtype);
   const size_t sendBytes = sum(sendCounts) * es;
@@ -112,7 +132,7 @@ void StagedCollectives::alltoallv(const void* in, const std::vector<size_t>& sen
 void StagedCollectives::reducescatter(const void* in, void* out,
                                       const std::vector<size_t>& recvCounts, DataType dtype,
                                       ReduceOp op) {
-  DeviceContext* ctx = contextOf(in, out);
+  DeviceContext* ctx = stageFor(true, dtype, in, out);
   if (ctx == nullptr) return host_->reducescatter(in, out, recvCounts, dtype, op);
   checkCounts(recvCounts, "reducescatter");
   const size_t es = elementSize(dtype);

@@ -4,9 +4,10 @@
 // Several ranks may share one GPU this way (NCCL refuses that).
 //
 // Host pointers are passed straight through, so the same object also
-// serves CPU tensors. A CUDA-aware MPI needs no staging: the MPI backend
-// can then be used directly (checked at run time by the engine wiring,
-// see core/src/comm/nccl/README-section.md).
+// serves CPU tensors. With deviceDirect (a CUDA-aware MPI, see
+// comm/gpu_route.h) device pointers go to the host backend as they are,
+// except reductions of float16/bfloat16: MPI reduces those with kolo's
+// user-defined operations, which run on the host, so they are staged.
 //
 // Threading: as comm::Collectives. Each call returns once the result is in
 // the caller's buffer (the comm stream has been synchronised).
@@ -25,9 +26,9 @@ class StagedCollectives final : public comm::Collectives {
  public:
   // host: the CPU backend built for this rank (rank of size).
   StagedCollectives(std::unique_ptr<comm::Collectives> host, std::shared_ptr<DeviceSet> devices,
-                    int rank, int size);
+                    int rank, int size, bool deviceDirect = false);
 
-  // "gloo+staging", "mpi+staging".
+  // "gloo+staging", "mpi+staging", "mpi" (deviceDirect).
   const char* name() const override { return name_.c_str(); }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
@@ -45,6 +46,10 @@ class StagedCollectives final : public comm::Collectives {
   // The context of the device the non-null buffers live on; nullptr when
   // they are host memory or all null (then no staging is needed).
   DeviceContext* contextOf(const void* a, const void* b = nullptr);
+  // The staging context for buffers a, b, or nullptr to pass them to the
+  // host backend as they are (host memory, or deviceDirect and a call MPI
+  // runs on the device).
+  DeviceContext* stageFor(bool reduces, DataType dtype, const void* a, const void* b = nullptr);
   void toHost(DeviceContext& ctx, void* dst, const void* src, size_t bytes);
   void toDevice(DeviceContext& ctx, void* dst, const void* src, size_t bytes);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
@@ -53,6 +58,7 @@ class StagedCollectives final : public comm::Collectives {
   std::shared_ptr<DeviceSet> devices_;
   const int rank_;
   const int size_;
+  const bool deviceDirect_;
   std::string name_;
 };
 

@@ -1,0 +1,112 @@
+// NCCL allreduce of one CUDA tensor through kolo's engine (size 1,
+// KOLO_GPU_OPERATIONS=nccl: negotiation, the GPU path, completion) against
+// a raw ncclAllReduce + stream synchronize on the same GPU, side by side in
+// one run, at 4 B and 64 MiB (or the sizes given).
+//
+//   bench_gpu_allreduce [--iters N] [--bytes B ...]
+//
+// Prints the median latency per call of each and the ratio. Needs a GPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "comm/cuda/check.h"
+#include "comm/cuda/memory.h"
+#include "kolo/engine.h"
+#include "kolo/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double medianUs(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+#define NCCL_OK(call)                                                               \
+  do {                                                                              \
+    ncclResult_t r_ = (call);                                                       \
+    if (r_ != ncclSuccess) {                                                        \
+      std::fprintf(stderr, "%s failed: %s\n", #call, ncclGetErrorString(r_));      \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 200;
+  std::vector<size_t> sizes;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--iters") iters = std::atoi(argv[i + 1]);
+    else if (flag == "--bytes") sizes.push_back(std::strtoull(argv[i + 1], nullptr, 10));
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (sizes.empty()) sizes = {4, 64u << 20};
+  std::string why;
+  if (kolo::comm::cuda::deviceCount(&why) == 0) {
+    std::fprintf(stderr, "bench_gpu_allreduce: no CUDA device (%s); run it on a GPU machine "
+                         "(scripts/gpu-check)\n", why.c_str());
+    return 77;
+  }
+  KOLO_CUDA_CHECK(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  KOLO_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+
+  kolo::Config config;
+  config.gpuOperations = "nccl";
+  config.cycleTime = std::chrono::microseconds(100);
+  kolo::Identity id;
+  kolo::Engine engine(config, id, kolo::makeHashStore());
+
+  ncclComm_t comm = nullptr;
+  NCCL_OK(ncclCommInitAll(&comm, 1, nullptr));
+  cudaStream_t stream = nullptr;
+  KOLO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  std::printf("bench_gpu_allreduce on %s: NCCL %d, size 1, float32 sum, median of %d calls\n",
+              prop.name, NCCL_VERSION_CODE, iters);
+  std::printf("%12s %14s %14s %10s\n", "bytes", "raw NCCL us", "kolo us", "kolo/raw");
+  for (size_t bytes : sizes) {
+    const size_t count = std::max<size_t>(1, bytes / 4);
+    void* buf = nullptr;
+    KOLO_CUDA_CHECK(cudaMalloc(&buf, count * 4));
+    KOLO_CUDA_CHECK(cudaMemset(buf, 0, count * 4));
+    kolo::Request q;
+    q.name = "bench." + std::to_string(bytes);
+    q.dtype = kolo::DataType::kFloat32;
+    q.shape = {static_cast<int64_t>(count)};
+    q.device = kolo::DeviceKind::kCuda;
+    q.deviceIndex = 0;
+    std::vector<double> raw, viaKolo;
+    for (int i = 0; i < iters + 10; ++i) {  // interleaved; the first 10 are warm-up
+      auto t0 = Clock::now();
+      NCCL_OK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream));
+      KOLO_CUDA_CHECK(cudaStreamSynchronize(stream));
+      auto t1 = Clock::now();
+      engine.enqueue(q, kolo::Entry{buf, buf, {}, {}}).wait();
+      auto t2 = Clock::now();
+      if (i < 10) continue;
+      raw.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      viaKolo.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    }
+    const double r = medianUs(raw), k = medianUs(viaKolo);
+    std::printf("%12zu %14.1f %14.1f %9.2fx\n", count * 4, r, k, k / r);
+    KOLO_CUDA_CHECK(cudaFree(buf));
+  }
+  engine.shutdown();
+  ncclCommDestroy(comm);
+  cudaStreamDestroy(stream);
+  return 0;
+}

@@ -1,0 +1,218 @@
+#include "execution/gpu_path.h"
+
+#include <string>
+
+#include "kolo/error.h"
+
+namespace kolo {
+namespace {
+
+thread_local void* tAllocationStream = nullptr;
+
+// Sets tAllocationStream for the life of the scope.
+class AllocationStreamScope {
+ public:
+  explicit AllocationStreamScope(void* stream) : saved_(tAllocationStream) {
+    tAllocationStream = stream;
+  }
+  ~AllocationStreamScope() { tAllocationStream = saved_; }
+  AllocationStreamScope(const AllocationStreamScope&) = delete;
+  AllocationStreamScope& operator=(const AllocationStreamScope&) = delete;
+
+ private:
+  void* saved_;
+};
+
+int64_t rowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::vector<size_t> evenSplit(int64_t rows, int size) {
+  std::vector<size_t> out(size, static_cast<size_t>(rows / size));
+  for (int i = 0; i < rows % size; ++i) ++out[i];
+  return out;
+}
+
+}  // namespace
+
+void* outputAllocationStream() { return tAllocationStream; }
+
+GpuPath::GpuPath(const Identity& identity, Factory factory, EngineStats& stats, int defaultDevice)
+    : identity_(identity),
+      factory_(std::move(factory)),
+      stats_(stats),
+      lastDevice_(defaultDevice < 0 ? 0 : defaultDevice) {}
+
+GpuPath::~GpuPath() = default;
+
+const char* GpuPath::name() const { return gpu_ ? gpu_->name() : ""; }
+
+comm::cuda::GpuOps& GpuPath::gpu() {
+  if (!gpu_) {
+    if (!factory_) {
+      throw InvalidArgument("a CUDA tensor reached the engine, but this build of kolo has no "
+                            "GPU data plane; move the tensor to the CPU");
+    }
+    gpu_ = factory_();
+    KOLO_ENFORCE(gpu_ != nullptr, "GPU data plane factory returned nothing");
+  }
+  return *gpu_;
+}
+
+int GpuPath::deviceOf(const Response& r, const std::vector<PendingOp*>& ops) {
+  int device = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i] == nullptr) continue;
+    const int d = ops[i]->msg.request.deviceIndex;
+    if (d < 0) {
+      throw InvalidArgument("'" + r.names[i] + "': CUDA tensor without a device index");
+    }
+    if (device >= 0 && d != device) {
+      // Fusion keys on the device kind only: one response may not span two
+      // GPUs of one rank (kolo drives one GPU per rank, as Horovod).
+      throw InvalidArgument("'" + r.names[i] + "' is on cuda:" + std::to_string(d) + " but '" +
+                            r.names[0] + "' on cuda:" + std::to_string(device) +
+                            "; each rank must keep its tensors on one GPU (cuda:local_rank)");
+    }
+    device = d;
+  }
+  if (device < 0) return lastDevice_;  // joined: take part on the device used before
+  lastDevice_ = device;
+  return device;
+}
+
+void* GpuPath::allocate(PendingOp& op, int device, const std::vector<int64_t>& shape) {
+  AllocationStreamScope scope(gpu().stream(device));
+  return op.entry.allocate(shape);
+}
+
+void GpuPath::execute(const Response& r, const std::vector<PendingOp*>& ops) {
+  comm::cuda::GpuOps& g = gpu();
+  const int device = deviceOf(r, ops);
+  // The comm stream waits for the producers of the inputs; the host does not.
+  for (PendingOp* op : ops) {
+    if (op != nullptr && op->entry.readyEvent != nullptr) g.waitReady(device, op->entry.readyEvent);
+  }
+  switch (r.op) {
+    case OpType::kAllreduce: allreduce(r, ops, device); break;
+    case OpType::kBroadcast: broadcast(r, ops[0], device); break;
+    case OpType::kAllgather: allgather(r, ops[0], device); break;
+    case OpType::kAlltoall: alltoall(r, ops[0], device); break;
+    case OpType::kReducescatter: reducescatter(r, ops[0], device); break;
+    default: return;
+  }
+  // The collectives returned once their part was done (bounded, polling
+  // NCCL's asynchronous error); what follows them on the comm stream is
+  // local (unpack, postscale): wait for the response's done event.
+  g.waitDone(device);
+}
+
+void GpuPath::allreduce(const Response& r, const std::vector<PendingOp*>& ops, int device) {
+  const size_t total = static_cast<size_t>(r.totalElements());
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  stats_.bytesReduced += total * elementSize(r.dtype);
+  if (ops.size() > 1) stats_.fusedTensors += ops.size();
+  std::vector<comm::cuda::DeviceTensor> tensors(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    tensors[i].count = static_cast<uint64_t>(numElements(r.shapes[i]));
+    if (ops[i] != nullptr) {
+      tensors[i].input = ops[i]->entry.input;
+      tensors[i].output = ops[i]->entry.output;
+    }
+  }
+  gpu().allreduce(device, tensors, r.dtype, r.reduceOp, r.prescale, r.postscale);
+}
+
+void GpuPath::broadcast(const Response& r, PendingOp* op, int device) {
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  comm::cuda::DeviceTensor t;
+  t.count = static_cast<uint64_t>(numElements(r.shapes[0]));
+  if (op != nullptr) {
+    t.input = op->entry.input;
+    t.output = op->entry.output;
+  }
+  gpu().broadcast(device, t, r.dtype, r.root);
+}
+
+void GpuPath::allgather(const Response& r, PendingOp* op, int device) {
+  const int64_t row = rowElements(r.shapes[0]);
+  std::vector<size_t> counts(identity_.size);
+  int64_t rows = 0;
+  for (int i = 0; i < identity_.size; ++i) {
+    counts[i] = static_cast<size_t>(r.rankDims[i] * row);
+    rows += r.rankDims[i];
+  }
+  std::vector<int64_t> shape = r.shapes[0];
+  if (shape.empty()) shape.push_back(0);
+  shape[0] = rows;
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  void* out = nullptr;
+  const void* in = nullptr;
+  if (op != nullptr) {
+    out = allocate(*op, device, shape);
+    in = op->entry.input;
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+    op->handle->receivedSplits.assign(r.rankDims.begin(), r.rankDims.end());
+  }
+  gpu().allgatherv(device, in, out, counts, r.dtype);
+}
+
+void GpuPath::alltoall(const Response& r, PendingOp* op, int device) {
+  const int n = identity_.size;
+  const int me = identity_.rank;
+  const int64_t row = rowElements(r.shapes[0]);
+  std::vector<size_t> send(n), recv(n);
+  std::vector<int64_t> received(n);
+  int64_t rows = 0;
+  for (int j = 0; j < n; ++j) {
+    send[j] = static_cast<size_t>(r.rankDims[me * n + j] * row);
+    received[j] = r.rankDims[j * n + me];
+    recv[j] = static_cast<size_t>(received[j] * row);
+    rows += received[j];
+  }
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  void* out = nullptr;
+  const void* in = nullptr;  // joined: sends nothing (its row of rankDims is zeros)
+  if (op != nullptr) {
+    std::vector<int64_t> shape = op->msg.request.shape;
+    shape[0] = rows;
+    out = allocate(*op, device, shape);
+    in = op->entry.input;
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+    op->handle->receivedSplits = received;
+  }
+  gpu().alltoallv(device, in, send, out, recv, r.dtype);
+}
+
+void GpuPath::reducescatter(const Response& r, PendingOp* op, int device) {
+  const int64_t row = rowElements(r.shapes[0]);
+  const int64_t rows = r.shapes[0].empty() ? 1 : r.shapes[0][0];
+  std::vector<size_t> split = evenSplit(rows, identity_.size);
+  std::vector<size_t> counts = split;
+  for (auto& c : counts) c *= static_cast<size_t>(row);
+  ++stats_.responses;
+  ++stats_.backendCalls;
+  stats_.bytesReduced += static_cast<uint64_t>(rows * row) * elementSize(r.dtype);
+  void* out = nullptr;
+  const void* in = nullptr;  // joined: the identity of the reduce op goes in
+  if (op != nullptr) {
+    std::vector<int64_t> shape = r.shapes[0];
+    if (shape.empty()) shape.push_back(1);
+    shape[0] = static_cast<int64_t>(split[identity_.rank]);
+    out = allocate(*op, device, shape);
+    in = op->entry.input;
+    std::lock_guard<std::mutex> lock(op->handle->mu);
+    op->handle->outputShape = shape;
+  }
+  gpu().reducescatter(device, in, out, counts, r.dtype, r.reduceOp, r.prescale, r.postscale);
+}
+
+}  // namespace kolo

@@ -1,0 +1,75 @@
+// GpuPath: how the Executor runs a response on CUDA tensors. It maps the
+// response onto comm::cuda::GpuOps (device-side packing with the batched
+// kernel, prescale and postscale applied there, the collective of
+// KOLO_GPU_OPERATIONS, unpacking) on the device's comm stream.
+//
+// Streams: the comm stream first waits (cudaStreamWaitEvent, not the host)
+// on each tensor's Entry::readyEvent. Outputs whose size is negotiated are
+// allocated while outputAllocationStream() names the comm stream. When
+// execute() returns, the response's GPU work is done: the data plane's
+// collective waits for its own completion, polling NCCL's asynchronous
+// error and aborting the communicator at KOLO_TIMEOUT
+// (comm/nccl/communicator.h); the local unpack kernel after it is waited
+// for through a done event, polled and bounded by KOLO_TIMEOUT too. So a
+// completed handle's outputs are ready for any stream, and the engine's
+// completion callbacks (which keep the tensors alive) run only after the
+// GPU is done. With NCCL no stream or device is synchronised (staging
+// over gloo/mpi synchronises the comm stream around its host copies).
+//
+// The GpuOps are created on first use, i.e. at the first CUDA response of
+// the process set: every member executes it at the same point of the set's
+// response order, so the data plane's connection setup lines up.
+//
+// Threading: loop thread only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/cuda/gpu_ops.h"
+#include "engine/pending.h"
+#include "kolo/engine.h"
+#include "negotiation/message.h"
+
+namespace kolo {
+
+class GpuPath {
+ public:
+  using Factory = std::function<std::unique_ptr<comm::cuda::GpuOps>()>;
+
+  // identity: this rank's place in the process set. factory: builds the
+  // GPU data plane (comm::createGpuOps); empty when this build has none.
+  // defaultDevice: the device a rank that has joined uses before it has
+  // seen a CUDA tensor of its own (the job's local rank).
+  GpuPath(const Identity& identity, Factory factory, EngineStats& stats, int defaultDevice);
+  ~GpuPath();
+
+  // As Executor::execute, for r.device == kCuda.
+  void execute(const Response& r, const std::vector<PendingOp*>& ops);
+
+  // The data plane's name once created ("nccl", "gloo+staging", ...), else "".
+  const char* name() const;
+
+ private:
+  comm::cuda::GpuOps& gpu();
+  // The device of this rank's tensors (all on one device: checked), or the
+  // last one used when this rank has joined.
+  int deviceOf(const Response& r, const std::vector<PendingOp*>& ops);
+  // Runs allocate with outputAllocationStream() set to device's comm stream.
+  void* allocate(PendingOp& op, int device, const std::vector<int64_t>& shape);
+
+  void allreduce(const Response& r, const std::vector<PendingOp*>& ops, int device);
+  void broadcast(const Response& r, PendingOp* op, int device);
+  void allgather(const Response& r, PendingOp* op, int device);
+  void alltoall(const Response& r, PendingOp* op, int device);
+  void reducescatter(const Response& r, PendingOp* op, int device);
+
+  const Identity& identity_;
+  Factory factory_;
+  EngineStats& stats_;
+  std::unique_ptr<comm::cuda::GpuOps> gpu_;
+  int lastDevice_;
+};
+
+}  // namespace kolo

@@ -1,0 +1,117 @@
+"""CUDA tensors through kolo.torch: every collective against the same call
+on CPU tensors, and DistributedOptimizer training on the GPU (default and
+non-default stream) against the same training on the CPU. Skipped without
+a CUDA device; scripts/gpu-check runs it at size 1 over NCCL and at size 2
+over gloo staging (NCCL refuses two ranks on one GPU)."""
+import os
+
+import pytest
+import torch
+
+import kolo.torch as hvd
+from conftest import ALL_TYPES, FLOAT_TYPES, contribution, tname
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device: GPU tests run on a GPU machine via scripts/gpu-check")
+
+
+NCCL = os.environ.get("KOLO_GPU_OPERATIONS", "nccl") == "nccl"
+
+
+def test_cuda_int16_reduction_is_refused_on_nccl():
+    if not NCCL:
+        pytest.skip("KOLO_GPU_OPERATIONS is not nccl")
+    with pytest.raises(ValueError, match="NCCL has no 16-bit integer type"):
+        hvd.allreduce(torch.ones(3, dtype=torch.int16, device=device()), op=hvd.Sum,
+                      name="g.int16")
+
+
+def device():
+    return torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+
+
+def close(cpu, cuda, dtype):
+    assert cuda.is_cuda
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype in (torch.float16, torch.bfloat16) else {}
+    torch.testing.assert_close(cuda.cpu().double(), cpu.double(), **tol)
+
+
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=tname)
+def test_cuda_collectives_match_the_cpu(dtype):
+    n, me = hvd.size(), hvd.rank()
+    t = contribution(me, dtype, (2 * n + 1, 3))
+    g = t.to(device())
+    k = tname(dtype)
+    for op, name in ((hvd.Sum, "sum"), (hvd.Min, "min"), (hvd.Max, "max")):
+        if dtype == torch.int16 and NCCL:
+            continue  # refused at enqueue (test_cuda_int16_reduction_is_refused_on_nccl)
+        close(hvd.allreduce(t, op=op, name="c.ar.%s.%s" % (name, k)),
+              hvd.allreduce(g, op=op, name="g.ar.%s.%s" % (name, k)), dtype)
+    if dtype in FLOAT_TYPES:
+        close(hvd.allreduce(t, name="c.avg." + k), hvd.allreduce(g, name="g.avg." + k), dtype)
+        close(hvd.allreduce(t, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0,
+                            name="c.sc." + k),
+              hvd.allreduce(g, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0,
+                            name="g.sc." + k), dtype)
+    close(hvd.broadcast(t, n - 1, name="c.bc." + k), hvd.broadcast(g, n - 1, name="g.bc." + k),
+          dtype)
+    rows = contribution(me, dtype, (me + 1, 3))
+    close(hvd.allgather(rows, name="c.ag." + k), hvd.allgather(rows.to(device()), name="g.ag." + k),
+          dtype)
+    even = contribution(me, dtype, (2 * n, 3))
+    close(hvd.alltoall(even, name="c.a2a." + k),
+          hvd.alltoall(even.to(device()), name="g.a2a." + k), dtype)
+    if dtype != torch.bool and not (dtype == torch.int16 and NCCL):
+        close(hvd.reducescatter(t, op=hvd.Sum, name="c.rs." + k),
+              hvd.reducescatter(g, op=hvd.Sum, name="g.rs." + k), dtype)
+
+
+def test_cuda_grouped_allreduce_fuses_many_tensors():
+    n = hvd.size()
+    ts = [torch.full((1 + (i * 37) % 500,), float(hvd.rank() + i), device=device())
+          for i in range(120)]
+    out = hvd.grouped_allreduce(ts, op=hvd.Sum, name="g.grouped")
+    for i, o in enumerate(out):
+        assert o.is_cuda
+        assert torch.equal(o.cpu(), torch.full(o.shape, float(n * i + n * (n - 1) / 2)))
+
+
+def train(dev, side_stream):
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    model.to(dev)
+    if side_stream:
+        torch.cuda.synchronize()  # the parameters are ready before the side stream uses them
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(9)
+    stream = torch.cuda.Stream() if side_stream else None
+    for _ in range(5):
+        x = torch.randn(4 * hvd.size(), 8)[4 * hvd.rank():4 * hvd.rank() + 4]
+        y = torch.randn(4 * hvd.size(), 1)[4 * hvd.rank():4 * hvd.rank() + 4]
+        with torch.cuda.stream(stream) if stream is not None else _Null():
+            # Everything of the step on the side stream, the copies included.
+            x, y = x.to(dev), y.to(dev)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    torch.cuda.synchronize()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@pytest.mark.parametrize("side_stream", [False, True], ids=["default_stream", "side_stream"])
+def test_cuda_distributed_optimizer_trains_as_on_the_cpu(side_stream):
+    cpu = train(torch.device("cpu"), False)
+    gpu = train(device(), side_stream)
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
