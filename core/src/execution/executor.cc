@@ -3,18 +3,13 @@
 #include <cstring>
 #include <limits>
 
+#include "execution/layout.h"
 #include "execution/reduce.h"
 
 namespace kolo {
 namespace {
 
 ReduceOp backendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-
-int64_t rowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
 
 template <typename T>
 void fillTyped(void* buf, size_t count, T value) {
@@ -30,13 +25,6 @@ void fillLimits(void* buf, size_t count, ReduceOp op) {
                              : -std::numeric_limits<T>::infinity();
   }
   fillTyped<T>(buf, count, v);
-}
-
-// Even split of rows over ranks; the first (rows % size) ranks get one more.
-std::vector<size_t> evenSplit(int64_t rows, int size) {
-  std::vector<size_t> out(size, static_cast<size_t>(rows / size));
-  for (int i = 0; i < rows % size; ++i) ++out[i];
-  return out;
 }
 
 }  // namespace
@@ -227,15 +215,8 @@ void Executor::broadcast(const Response& r, PendingOp* op) {
 
 void Executor::allgather(const Response& r, PendingOp* op) {
   const int64_t row = rowElements(r.shapes[0]);
-  std::vector<size_t> counts(identity_.size);
-  int64_t rows = 0;
-  for (int i = 0; i < identity_.size; ++i) {
-    counts[i] = static_cast<size_t>(r.rankDims[i] * row);
-    rows += r.rankDims[i];
-  }
-  std::vector<int64_t> shape = r.shapes[0];
-  if (shape.empty()) shape.push_back(0);
-  shape[0] = rows;
+  auto [counts, shape] = gatherLayout(r, identity_.size);
+  const int64_t rows = shape[0];
   ++stats_.responses;
   const size_t esize = elementSize(r.dtype);
   void* out;
@@ -257,18 +238,8 @@ void Executor::allgather(const Response& r, PendingOp* op) {
 }
 
 void Executor::alltoall(const Response& r, PendingOp* op) {
-  const int n = identity_.size;
-  const int me = identity_.rank;
   const int64_t row = rowElements(r.shapes[0]);
-  std::vector<size_t> send(n), recv(n);
-  std::vector<int64_t> received(n);
-  int64_t rows = 0;
-  for (int j = 0; j < n; ++j) {
-    send[j] = static_cast<size_t>(r.rankDims[me * n + j] * row);
-    received[j] = r.rankDims[j * n + me];
-    recv[j] = static_cast<size_t>(received[j] * row);
-    rows += received[j];
-  }
+  auto [send, recv, received, rows] = alltoallLayout(r, identity_.rank, identity_.size);
   const size_t esize = elementSize(r.dtype);
   void* out;
   const void* in = nullptr;  // joined: sends nothing (its row of rankDims is zeros)

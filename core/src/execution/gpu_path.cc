@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "execution/layout.h"
 #include "kolo/error.h"
 
 namespace kolo {
@@ -22,18 +23,6 @@ class AllocationStreamScope {
  private:
   void* saved_;
 };
-
-int64_t rowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-std::vector<size_t> evenSplit(int64_t rows, int size) {
-  std::vector<size_t> out(size, static_cast<size_t>(rows / size));
-  for (int i = 0; i < rows % size; ++i) ++out[i];
-  return out;
-}
 
 }  // namespace
 
@@ -139,16 +128,7 @@ void GpuPath::broadcast(const Response& r, PendingOp* op, int device) {
 }
 
 void GpuPath::allgather(const Response& r, PendingOp* op, int device) {
-  const int64_t row = rowElements(r.shapes[0]);
-  std::vector<size_t> counts(identity_.size);
-  int64_t rows = 0;
-  for (int i = 0; i < identity_.size; ++i) {
-    counts[i] = static_cast<size_t>(r.rankDims[i] * row);
-    rows += r.rankDims[i];
-  }
-  std::vector<int64_t> shape = r.shapes[0];
-  if (shape.empty()) shape.push_back(0);
-  shape[0] = rows;
+  auto [counts, shape] = gatherLayout(r, identity_.size);
   ++stats_.responses;
   ++stats_.backendCalls;
   void* out = nullptr;
@@ -164,18 +144,7 @@ void GpuPath::allgather(const Response& r, PendingOp* op, int device) {
 }
 
 void GpuPath::alltoall(const Response& r, PendingOp* op, int device) {
-  const int n = identity_.size;
-  const int me = identity_.rank;
-  const int64_t row = rowElements(r.shapes[0]);
-  std::vector<size_t> send(n), recv(n);
-  std::vector<int64_t> received(n);
-  int64_t rows = 0;
-  for (int j = 0; j < n; ++j) {
-    send[j] = static_cast<size_t>(r.rankDims[me * n + j] * row);
-    received[j] = r.rankDims[j * n + me];
-    recv[j] = static_cast<size_t>(received[j] * row);
-    rows += received[j];
-  }
+  auto [send, recv, received, rows] = alltoallLayout(r, identity_.rank, identity_.size);
   ++stats_.responses;
   ++stats_.backendCalls;
   void* out = nullptr;

@@ -149,9 +149,15 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class LRSchedulerStateHandler(StateHandler):
-    def __init__(self, scheduler):
-        super().__init__(scheduler)
+class _StateDictHandler(StateHandler):
+    """An object with state_dict()/load_state_dict() that every rank holds
+    (LR schedulers, samplers): saved by deep copy, synced from rank 0 as one
+    object named elastic.<kind>."""
+
+    kind = None
+
+    def __init__(self, value):
+        super().__init__(value)
         self.save()
 
     def save(self):
@@ -162,23 +168,15 @@ class LRSchedulerStateHandler(StateHandler):
 
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict(),
-                                                    name="elastic.lr_scheduler"))
+                                                    name="elastic." + self.kind))
 
 
-class SamplerStateHandler(StateHandler):
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self.save()
+class LRSchedulerStateHandler(_StateDictHandler):
+    kind = "lr_scheduler"
 
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
 
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
-    def sync(self):
-        self.value.load_state_dict(broadcast_object(self.value.state_dict(),
-                                                    name="elastic.sampler"))
+class SamplerStateHandler(_StateDictHandler):
+    kind = "sampler"
 
 
 try:
