@@ -1,3 +1,4 @@
+#include "gloo_store.h"
 #include "allreducers.h"
 
 #include <gloo/allreduce.h>
@@ -42,22 +43,6 @@ class RawMpi final : public Allreducer {
   size_t piece_;  // floats per call; 0 = whole tensor
 };
 
-// gloo's rendezvous reads peer addresses through this view of a kolo store.
-class GlooStore final : public ::gloo::rendezvous::Store {
- public:
-  explicit GlooStore(std::shared_ptr<kolo::Store> store) : store_(std::move(store)) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override { return store_->get(key, kTimeout); }
-  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, kTimeout); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    store_->wait(keys, kTimeout);
-  }
-
- private:
-  std::shared_ptr<kolo::Store> store_;
-};
 
 class RawGloo final : public Allreducer {
  public:
@@ -70,7 +55,7 @@ class RawGloo final : public Allreducer {
     auto device = ::gloo::transport::tcp::CreateDevice(attr);
     context_ = std::make_shared<::gloo::rendezvous::Context>(job.rank(), job.size());
     context_->setTimeout(kTimeout);
-    GlooStore glooStore(store);
+    GlooStore glooStore(store, kTimeout);
     context_->connectFullMesh(glooStore, device);
     // As kolo does: nobody may close a connection before every rank has
     // accepted its own (gloo aborts on a reset before the accept).

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace kolo::bench {
@@ -43,6 +45,31 @@ void sumFloats(void* out, const void* a, const void* b, size_t n) {
   auto* x = static_cast<const float*>(a);
   auto* y = static_cast<const float*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+std::vector<Shape> readShapeFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read shape file " + path);
+  std::vector<Shape> shapes;
+  std::string line;
+  std::getline(in, line);  // header: name,shape,numel
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::istringstream row(line);
+    Shape s;
+    std::string dims;
+    std::getline(row, s.name, ',');
+    std::getline(row, dims, ',');
+    s.numel = 1;
+    std::istringstream d(dims);
+    for (std::string dim; std::getline(d, dim, 'x');) {
+      s.dims.push_back(std::stoll(dim));
+      s.numel *= static_cast<size_t>(s.dims.back());
+    }
+    shapes.push_back(std::move(s));
+  }
+  if (shapes.empty()) throw std::runtime_error("no shapes in " + path);
+  return shapes;
 }
 
 }  // namespace kolo::bench

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -45,5 +46,16 @@ OutputFile openForWriting(const std::string& path);
 
 // Gloo reduce function for float32 sum (what an application would pass).
 void sumFloats(void* out, const void* a, const void* b, size_t n);
+
+// One tensor of a model's gradient set (benchmarks/results/shapes-*.csv).
+struct Shape {
+  std::string name;
+  std::vector<int64_t> dims;
+  size_t numel = 0;
+};
+
+// The rows of a shape file: a header, then "name,AxBxC,numel" per tensor.
+// Throws std::runtime_error naming the file when it is missing or empty.
+std::vector<Shape> readShapeFile(const std::string& path);
 
 }  // namespace kolo::bench

@@ -40,13 +40,8 @@ namespace {
 
 using kolo::bench::Clock;
 using kolo::bench::secondsSince;
+using kolo::bench::Shape;
 using kolo::bench::Tensor;
-
-struct Shape {
-  std::string name;
-  std::vector<int64_t> dims;
-  size_t numel = 0;
-};
 
 struct GradientSet {
   std::string name;
@@ -58,28 +53,7 @@ struct GradientSet {
 };
 
 GradientSet readShapes(const std::string& name, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read shape file " + path);
-  GradientSet set{name, {}};
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::istringstream row(line);
-    Shape s;
-    std::string dims;
-    std::getline(row, s.name, ',');
-    std::getline(row, dims, ',');
-    s.numel = 1;
-    std::istringstream d(dims);
-    for (std::string dim; std::getline(d, dim, 'x');) {
-      s.dims.push_back(std::stoll(dim));
-      s.numel *= static_cast<size_t>(s.dims.back());
-    }
-    set.shapes.push_back(std::move(s));
-  }
-  if (set.shapes.empty()) throw std::runtime_error("no shapes in " + path);
-  return set;
+  return GradientSet{name, kolo::bench::readShapeFile(path)};
 }
 
 GradientSet manySmall(int count, size_t bytes) {

@@ -37,6 +37,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "gloo_store.h"
 #include "common.h"
 #include "kolo/engine.h"
 #include "kolo/tcp_store.h"
@@ -44,57 +45,14 @@
 namespace {
 
 using kolo::bench::Clock;
+using kolo::bench::GlooStore;
+using kolo::bench::readShapeFile;
+using kolo::bench::Shape;
 using kolo::bench::secondsSince;
 
 constexpr std::chrono::seconds kTimeout{300};
 
-struct Shape {
-  std::string name;
-  std::vector<int64_t> dims;
-  size_t numel = 0;
-};
 
-std::vector<Shape> readShapes(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read shape file " + path);
-  std::vector<Shape> shapes;
-  std::string line;
-  std::getline(in, line);  // header: name,shape,numel
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::istringstream row(line);
-    Shape s;
-    std::string dims;
-    std::getline(row, s.name, ',');
-    std::getline(row, dims, ',');
-    s.numel = 1;
-    std::istringstream d(dims);
-    for (std::string dim; std::getline(d, dim, 'x');) {
-      s.dims.push_back(std::stoll(dim));
-      s.numel *= static_cast<size_t>(s.dims.back());
-    }
-    shapes.push_back(std::move(s));
-  }
-  if (shapes.empty()) throw std::runtime_error("no shapes in " + path);
-  return shapes;
-}
-
-// gloo's rendezvous through the job's kolo store.
-class GlooStore final : public ::gloo::rendezvous::Store {
- public:
-  explicit GlooStore(std::shared_ptr<kolo::Store> store) : store_(std::move(store)) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override { return store_->get(key, kTimeout); }
-  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, kTimeout); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    store_->wait(keys, kTimeout);
-  }
-
- private:
-  std::shared_ptr<kolo::Store> store_;
-};
 
 // Everyone waits here until all ranks arrived (through the store).
 void storeBarrier(kolo::Store& store, const std::string& name, int size) {
@@ -140,7 +98,7 @@ class Bench {
       auto device = ::gloo::transport::tcp::CreateDevice(attr);
       gloo = std::make_shared<::gloo::rendezvous::Context>(id_.rank, id_.size);
       gloo->setTimeout(kTimeout);
-      GlooStore glooStore(prefixed);
+      GlooStore glooStore(prefixed, kTimeout);
       gloo->connectFullMesh(glooStore, device);
       step = [&] {
         ::gloo::AllreduceOptions opts(gloo);
@@ -246,7 +204,7 @@ int main(int argc, char** argv) {
       const auto eq = spec.find('=');
       if (eq == std::string::npos) throw std::runtime_error("--set wants NAME=PATH: " + spec);
       const std::string name = spec.substr(0, eq);
-      const auto shapes = readShapes(spec.substr(eq + 1));
+      const auto shapes = readShapeFile(spec.substr(eq + 1));
       size_t total = 0;
       for (const auto& s : shapes) total += s.numel;
       megabytes[name] = total * 4 / 1e6;
