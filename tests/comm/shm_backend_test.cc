@@ -181,6 +181,41 @@ TEST(ShmBackend, BuffersOfManySteps) {
   });
 }
 
+// Results of kStreamingBytes and more go out with streaming stores: a
+// destination that does not start on a cache line (one element in) and a
+// length that ends mid-line get every element.
+TEST(ShmBackend, LargeResultsStreamOutToUnalignedBuffers) {
+  const int n = 2;
+  runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+    auto c = comm::shm::createCollectives(args);
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt8}) {
+      const size_t es = elementSize(dtype);
+      const size_t count = comm::shm::kStreamingBytes / es + 13;
+      TypedBuffer buf(dtype, count + 1);
+      for (size_t i = 0; i < count; ++i) {
+        buf.set(i + 1, reduceInput(dtype, ReduceOp::kSum, rank, i));
+      }
+      c->allreduce(static_cast<char*>(buf.data()) + es, count, dtype, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(buf.get(i + 1), reduceExpected(dtype, ReduceOp::kSum, n, i))
+            << toString(dtype) << " allreduce element " << i << " on rank " << rank;
+      }
+
+      const std::vector<size_t> counts = {count / 2 + 1, count / 2 + 7};
+      TypedBuffer mine(dtype, counts[rank]);
+      for (size_t i = 0; i < counts[rank]; ++i) mine.set(i, dataValue(dtype, rank * 3 + i));
+      TypedBuffer gathered(dtype, counts[0] + counts[1] + 1);
+      c->allgatherv(mine.data(), static_cast<char*>(gathered.data()) + es, counts, dtype);
+      for (int r = 0, at = 1; r < n; at += static_cast<int>(counts[r]), ++r) {
+        for (size_t j = 0; j < counts[r]; ++j) {
+          ASSERT_EQ(gathered.get(at + j), dataValue(dtype, r * 3 + j))
+              << toString(dtype) << " allgatherv block " << r << " element " << j;
+        }
+      }
+    }
+  });
+}
+
 // Random floats: every rank gets the same bits, those of a left fold in
 // rank order, on the one-shot and the pipelined path.
 TEST(ShmBackend, EveryRankGetsTheSameBits) {

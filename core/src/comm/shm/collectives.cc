@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "comm/shm/copy.h"
 #include "execution/reduce.h"
 #include "kolo/error.h"
 
@@ -28,7 +29,17 @@ std::vector<size_t> offsetsOf(const std::vector<size_t>& counts) {
 }
 
 void copyBytes(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  if (bytes > 0) copyShared(dst, src, bytes);
+}
+
+// The copy of results out of the segment into the caller's buffer.
+void copyOut(void* dst, const void* src, size_t bytes, bool stream) {
+  if (bytes == 0) return;
+  if (stream) {
+    copySharedStreaming(dst, src, bytes);
+  } else {
+    copyShared(dst, src, bytes);
+  }
 }
 
 // out = x(0) op x(1) op ... op x(n-1), left to right (rank order).
@@ -36,7 +47,7 @@ template <typename Input>
 void foldInRankOrder(void* out, int n, const Input& x, size_t count, DataType dtype, ReduceOp op) {
   if (count == 0) return;
   if (n == 1) {
-    if (out != x(0)) std::memcpy(out, x(0), count * elementSize(dtype));
+    if (out != x(0)) copyShared(out, x(0), count * elementSize(dtype));
     return;
   }
   reduceElements(out, x(0), x(1), count, dtype, op);
@@ -104,7 +115,7 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
   const int n = group_->size();
   const int me = group_->rank();
   begin(what);
-  std::memcpy(half(me, 0), buf, count * elementSize(dtype));
+  copyShared(half(me, 0), buf, count * elementSize(dtype));
   group_->publish();
   group_->waitAll(group_->phase(), what);
   // Our own input is read from our slot copy, so buf can take the result.
@@ -123,10 +134,15 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
   const int n = group_->size();
   const int me = group_->rank();
   const size_t es = elementSize(dtype);
-  const size_t part = halfBytes_ / n / kLine * kLine / es;  // whole cache lines
+  // Whole cache lines per part; a buffer smaller than a chunk is split
+  // evenly so every rank reduces its share.
+  const size_t lineElements = kLine / es;
+  const size_t part = std::min(halfBytes_ / n / kLine * kLine / es,
+                               ceilDiv(ceilDiv(count, n), lineElements) * lineElements);
   const size_t chunk = part * n;
   const size_t steps = ceilDiv(count, chunk);
   auto chunkLength = [&](size_t s) { return std::min(chunk, count - s * chunk); };
+  const bool stream = count * es >= kStreamingBytes;
   begin(what);
   for (size_t s = 0; s <= steps; ++s) {
     const uint32_t h = s % 2;
@@ -154,8 +170,8 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
       const Parts parts(chunkLength(prev), part);
       char* out = buf + prev * chunk * es;
       for (int k = 0; k < n; ++k) {
-        copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
-                  parts.length(k) * es);
+        copyOut(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
+                parts.length(k) * es, stream);
       }
     }
   }
@@ -223,6 +239,8 @@ void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t
   size_t steps = 0;
   for (size_t c : counts) steps = std::max(steps, ceilDiv(c, piece));
   if (steps == 0) return;
+  const bool stream =
+      std::accumulate(counts.begin(), counts.end(), size_t(0)) * es >= kStreamingBytes;
   begin(what);
   auto pieceLength = [&](int r, size_t s) {
     const size_t from = std::min(counts[r], s * piece);
@@ -235,7 +253,7 @@ void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t
     group_->waitAll(group_->phase(), what);
     for (int k = 0; k < n; ++k) {
       if (k == me) continue;
-      copyBytes(output + (offsets[k] + s * piece) * es, half(k, h), pieceLength(k, s) * es);
+      copyOut(output + (offsets[k] + s * piece) * es, half(k, h), pieceLength(k, s) * es, stream);
     }
   }
   end();
@@ -262,12 +280,12 @@ void Collectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
       // Half h last held step s-2; its readers finished it before their
       // phase of step s-1.
       if (s >= 2) group_->waitAll(base + static_cast<uint32_t>(s), what);
-      std::memcpy(half(me, h), data + s * piece * es, length * es);
+      copyShared(half(me, h), data + s * piece * es, length * es);
       group_->publish();
     } else {
       group_->publish();
       group_->waitFor(root, group_->phase(), what);
-      std::memcpy(data + s * piece * es, half(root, h), length * es);
+      copyShared(data + s * piece * es, half(root, h), length * es);
     }
   }
   end();

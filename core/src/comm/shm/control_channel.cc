@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "comm/shm/copy.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::shm {
@@ -60,7 +61,7 @@ void ControlChannel::allreduceBits(std::vector<uint64_t>& bits, bool isAnd) {
     const uint32_t h = s % 2;
     const size_t first = s * words;
     const size_t count = std::min(words, bits.size() - first);
-    std::memcpy(half(me, h), bits.data() + first, count * sizeof(uint64_t));
+    copyShared(half(me, h), bits.data() + first, count * sizeof(uint64_t));
     group_->publish();
     group_->waitAll(group_->phase(), what);
     for (int k = 0; k < size(); ++k) {
@@ -103,7 +104,7 @@ std::vector<std::vector<char>> ControlChannel::gatherv(const std::vector<char>& 
       const uint64_t total = mine.size();
       std::memcpy(half(me, 0), &total, sizeof total);
     }
-    if (length > 0) std::memcpy(half(me, h) + kLine, mine.data() + from, length);
+    if (length > 0) copyShared(half(me, h) + kLine, mine.data() + from, length);
     group_->publish();
     group_->waitAll(group_->phase(), what);
     if (s == 0) {
@@ -118,7 +119,7 @@ std::vector<std::vector<char>> ControlChannel::gatherv(const std::vector<char>& 
       if (k == me) continue;
       const size_t at = std::min<size_t>(lengths[k], s * piece_);
       const size_t take = std::min<size_t>(lengths[k], at + piece_) - at;
-      if (take > 0) std::memcpy(out[k].data() + at, half(k, h) + kLine, take);
+      if (take > 0) copyShared(out[k].data() + at, half(k, h) + kLine, take);
     }
   }
   if (me == root) out[me] = mine;
@@ -148,7 +149,7 @@ void ControlChannel::broadcast(std::vector<char>& bytes, int root) {
       }
       const size_t from = s * piece_;
       const size_t length = std::min<size_t>(total - std::min<size_t>(total, from), piece_);
-      if (length > 0) std::memcpy(half(me, h) + kLine, bytes.data() + from, length);
+      if (length > 0) copyShared(half(me, h) + kLine, bytes.data() + from, length);
       group_->publish();
     } else {
       group_->publish();
@@ -160,7 +161,7 @@ void ControlChannel::broadcast(std::vector<char>& bytes, int root) {
       }
       const size_t from = s * piece_;
       const size_t length = std::min<size_t>(total - std::min<size_t>(total, from), piece_);
-      if (length > 0) std::memcpy(bytes.data() + from, half(root, h) + kLine, length);
+      if (length > 0) copyShared(bytes.data() + from, half(root, h) + kLine, length);
     }
   }
   end();
