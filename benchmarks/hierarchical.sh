@@ -59,7 +59,7 @@ set_args=()
 for s in $sets; do set_args+=(--set "$s=$root/benchmarks/results/shapes-$s.csv"); done
 echo "== $(date -Is) load average $(cut -d' ' -f1-3 /proc/loadavg); 2 hosts x 2 ranks, links $rate"
 "$build/launcher/kolorun" -H "10.77.$net.2:2,10.77.$net.3:2" \
-  --rsh "$root/scripts/netns-rsh.sh" --timeout-seconds 300 \
+  --rsh "$root/scripts/netns-rsh.sh" --timeout-seconds 900 --start-timeout 0 \
   "$build/benchmarks/bench_hierarchical" "${set_args[@]}" --methods "$methods" \
   --trials "$trials" --steps "$steps" --csv "$root/benchmarks/results/hierarchical.csv"
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -19,14 +19,37 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 jobs=$(nproc)
+cache_dir=${KOLO_CACHE_DIR:-$PWD/.cache}
+ci_start=$SECONDS
+# Seconds per stage, printed at the end (CI's budget on a 2-core machine is
+# 40 minutes; README "Tests").
+timings=()
+stage_done() { timings+=("$(printf '%-34s %5d s' "$1" $((SECONDS - $2)))"); }
 
+# ccache (installed by install-deps.sh) for every build, in
+# $KOLO_CACHE_DIR/ccache unless CCACHE_DIR says otherwise: a machine that is
+# kept compiles only what changed; a fresh one loses nothing.
+launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=
+          -DCMAKE_CUDA_COMPILER_LAUNCHER=)
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-$cache_dir/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
+# Tests run two at a time (ctest -j): most of them wait on sockets,
+# processes or timeouts, and every test that could hang has its own limit.
 if [ "${KOLO_SKIP_DEFAULT:-0}" != "1" ]; then
+  stage_start=$SECONDS
   echo "== build (default preset)"
-  cmake --preset default >/dev/null
+  cmake --preset default "${launcher[@]}" >/dev/null
   cmake --build --preset default -j"$jobs"
+  stage_done "default build" "$stage_start"
 
+  stage_start=$SECONDS
   echo "== tests (default preset)"
-  ctest --preset default --timeout 600
+  ctest --preset default --timeout 600 -j"$jobs"
+  stage_done "default tests" "$stage_start"
 fi
 
 # The other end of the supported torch range: pip's torch 2.11 (a CUDA
@@ -38,18 +61,14 @@ fi
 if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
   stage_start=$SECONDS
   torch2=2.11.0
-  cache_dir=${KOLO_CACHE_DIR:-$PWD/.cache}
   venv=$cache_dir/venv-torch-$torch2
   scripts/python-venv.sh --no-kolo --torch "$torch2" "$venv"
-  # ccache, when installed, for this stage's two builds of the same sources
-  # (build/torch2, and the wheel's build/wheel in package.pip_wheel), in
-  # $KOLO_CACHE_DIR/ccache unless CCACHE_DIR says otherwise.
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=
-            -DCMAKE_CUDA_COMPILER_LAUNCHER=)
+  stage_done "torch $torch2 venv" "$stage_start"
+  stage_start=$SECONDS
+  # This stage builds the same sources twice (build/torch2, and the wheel's
+  # build/wheel in package.pip_wheel): ccache serves the second from the
+  # first (same flags, same folder depth).
   if command -v ccache >/dev/null; then
-    export CCACHE_DIR=${CCACHE_DIR:-$cache_dir/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
-    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-              -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
     export CMAKE_ARGS="${launcher[*]}"  # read by scikit-build-core
     export KOLO_WHEEL_BUILD_DIR=$PWD/build/wheel
   fi
@@ -63,9 +82,11 @@ if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
     exit 1
   fi
   cmake --build --preset torch2 -j"$jobs"
+  stage_done "torch2 build" "$stage_start"
+  stage_start=$SECONDS
   echo "== tests (torch2 preset: torch, python, gpu_host, gpu (skips without a GPU), package)"
-  ctest --preset torch2 --timeout 600
-  echo "== torch $torch2 stage took $((SECONDS - stage_start)) s"
+  ctest --preset torch2 --timeout 600 -j"$jobs"
+  stage_done "torch2 tests" "$stage_start"
 fi
 
 # The binaries holding the in-process suite (ctest label inprocess): the
@@ -74,16 +95,26 @@ inprocess_targets=(test_core_units test_engine test_comm_gloo test_comm_shm test
                    test_observability test_reliability_api)
 if [ "${KOLO_SKIP_SANITIZERS:-0}" != "1" ]; then
   for preset in asan tsan; do
+    stage_start=$SECONDS
     echo "== build ($preset preset, core only)"
-    cmake --preset "$preset" -DKOLO_WITH_TORCH=OFF -DKOLO_WITH_CUDA=OFF -DKOLO_WITH_MPI=OFF >/dev/null
+    cmake --preset "$preset" -DKOLO_WITH_TORCH=OFF -DKOLO_WITH_CUDA=OFF -DKOLO_WITH_MPI=OFF \
+      "${launcher[@]}" >/dev/null
     cmake --build --preset "$preset" -j"$jobs" --target "${inprocess_targets[@]}"
+    stage_done "$preset build" "$stage_start"
+    stage_start=$SECONDS
     echo "== tests ($preset preset: in-process suite)"
     ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-      ctest --preset "$preset" --timeout 900
+      ctest --preset "$preset" --timeout 900 -j"$jobs"
+    stage_done "$preset tests" "$stage_start"
   done
 fi
 if [ "${KOLO_SKIP_FUZZ:-0}" != "1" ]; then
+  stage_start=$SECONDS
   echo "== fuzzing (libFuzzer, 15 s per target)"
   fuzz/run.sh 15
+  stage_done "fuzzing" "$stage_start"
 fi
+echo "== time per stage"
+printf '   %s\n' "${timings[@]}"
+echo "   $(printf '%-34s %5d s' total $((SECONDS - ci_start)))"
 echo "== all tests passed"

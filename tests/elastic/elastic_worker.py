@@ -14,7 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import kolo.torch as hvd  # was: import horovod.torch as hvd
+if "--horovod" in sys.argv:  # benchmarks/elastic_recovery.py: the same script on Horovod
+    import horovod.torch as hvd
+else:
+    import kolo.torch as hvd  # was: import horovod.torch as hvd
 
 
 def read_idx(path):
@@ -60,6 +63,7 @@ def main():
     # A static process set of ranks 0 and 1 (rebuilt by every reset) and a
     # dynamic one of rank 0 (gone after a reset: re-added in on_reset).
     p.add_argument("--process-sets", action="store_true")
+    p.add_argument("--horovod", action="store_true")  # run on Horovod (import above)
     args = p.parse_args()
     torch.set_num_threads(1)
     host = os.environ.get("KOLO_HOSTNAME", "?")
@@ -73,7 +77,16 @@ def main():
     static = hvd.ProcessSet([0, 1])
     hvd.init(process_sets=[static] if args.process_sets else None)
     dynamic = [hvd.add_process_set([0])] if args.process_sets else []
-    worker = hvd.elastic.worker_id()
+    # kolo's worker id and world version; Horovod has neither: the pid, and
+    # a count of resets.
+    worker = hvd.elastic.worker_id() if hasattr(hvd.elastic, "worker_id") else os.getpid()
+    resets = [1]
+
+    def world_version():
+        if hasattr(hvd.elastic, "world_version"):
+            return hvd.elastic.world_version()
+        return resets[0]
+
     say("START worker=%d pid=%d host=%s" % (worker, os.getpid(), host))
 
     torch.manual_seed(7)
@@ -84,6 +97,7 @@ def main():
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, sampler=sampler)
 
     def on_reset():
+        resets[0] += 1
         for group in optimizer.param_groups:
             group["lr"] = args.lr * hvd.size()
         say("RESET worker=%d size=%d" % (worker, hvd.size()))
@@ -97,7 +111,7 @@ def main():
 
     @hvd.elastic.run
     def train(state):
-        v = hvd.elastic.world_version()
+        v = world_version()
         rank = hvd.rank()
         say("WORLD v=%d worker=%d rank=%d size=%d epoch=%d batch=%d processed=%d t=%d"
             % (v, worker, rank, hvd.size(), state.epoch, state.batch,
@@ -146,7 +160,7 @@ def main():
     for t in model.parameters():
         digest.update(t.detach().contiguous().numpy().tobytes())
     say("DONE worker=%d rank=%d world=%d epochs=%d checksum=%s"
-        % (worker, hvd.rank(), hvd.elastic.world_version(), state.epoch, digest.hexdigest()[:16]))
+        % (worker, hvd.rank(), world_version(), state.epoch, digest.hexdigest()[:16]))
     hvd.shutdown()
     return 0
 
