@@ -81,6 +81,16 @@ if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
     echo "torch2 preset: expected a CUDA LibTorch with CUDA and NCCL on; see cmake --preset torch2" >&2
     exit 1
   fi
+  if command -v ccache >/dev/null; then
+    # The wheel's build must name the same compilers as build/torch2 (ccache
+    # hashes the compiler's name: scikit-build-core otherwise picks Python's
+    # x86_64-linux-gnu-g++ where CMake picked c++, and nothing hits).
+    for lang in C CXX; do
+      compiler=$(sed -n "s/^CMAKE_${lang}_COMPILER:[A-Z]*=//p" "$cache")
+      [ -n "$compiler" ] && CMAKE_ARGS+=" -DCMAKE_${lang}_COMPILER=$compiler"
+    done
+    export CMAKE_ARGS
+  fi
   cmake --build --preset torch2 -j"$jobs"
   stage_done "torch2 build" "$stage_start"
   stage_start=$SECONDS
