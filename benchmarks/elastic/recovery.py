@@ -95,14 +95,26 @@ def trial(launcher, args, scratch):
             # A few more lines so that every rank's first step is seen.
             if sum(1 for l in log[-40:] if "STEP v=2" in l) >= 3:
                 break
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    stop(proc)
     if killed_at is None or first_new is None:
         tail = "".join(log[-15:])
         raise RuntimeError(f"{launcher}: no recovery seen (killed={killed_at})\n{tail}")
     size = next((int(m.group(4)) for m in map(WORLD.search, log)
                  if m and int(m.group(1)) == 2), None)
     return first_new - killed_at, size
+
+
+def stop(proc):
+    """Ends the job: SIGTERM first, so that horovodrun's multiprocessing
+    cleans up its semaphores in /dev/shm (a SIGKILL leaves them behind)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
 
 
 def worker_pid(worker_id, log):
