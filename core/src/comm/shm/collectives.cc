@@ -28,12 +28,9 @@ std::vector<size_t> offsetsOf(const std::vector<size_t>& counts) {
   return offsets;
 }
 
-void copyBytes(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) copyShared(dst, src, bytes);
-}
-
-// The copy of results out of the segment into the caller's buffer.
-void copyOut(void* dst, const void* src, size_t bytes, bool stream) {
+// stream: results out of the segment into a caller's buffer of
+// kStreamingBytes or more.
+void copyBytes(void* dst, const void* src, size_t bytes, bool stream = false) {
   if (bytes == 0) return;
   if (stream) {
     copySharedStreaming(dst, src, bytes);
@@ -170,7 +167,7 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
       const Parts parts(chunkLength(prev), part);
       char* out = buf + prev * chunk * es;
       for (int k = 0; k < n; ++k) {
-        copyOut(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
+        copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
                 parts.length(k) * es, stream);
       }
     }
@@ -253,7 +250,7 @@ void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t
     group_->waitAll(group_->phase(), what);
     for (int k = 0; k < n; ++k) {
       if (k == me) continue;
-      copyOut(output + (offsets[k] + s * piece) * es, half(k, h), pieceLength(k, s) * es, stream);
+      copyBytes(output + (offsets[k] + s * piece) * es, half(k, h), pieceLength(k, s) * es, stream);
     }
   }
   end();

@@ -9,54 +9,52 @@
 #endif
 
 namespace kolo::comm::shm {
+namespace {
 
-void copyShared(void* dst, const void* src, size_t bytes) {
+// One cache line per iteration, four loads before four stores, with
+// ordinary (Stream false) or streaming stores. Streaming copies reach dst's
+// first line boundary with memcpy first (streaming stores need aligned
+// lines) and end with a fence that orders them before whatever publishes
+// them. The empty asm keeps the compiler from turning the loop back into a
+// memcpy call. The tail (under a line, below memcpy's `rep movsb`
+// threshold), or every byte where there is no SSE2, goes through memcpy.
+template <bool Stream>
+void copyLines(void* dst, const void* src, size_t bytes) {
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   size_t i = 0;
 #if defined(__SSE2__)
-  // One cache line per iteration, four loads before four stores. The empty
-  // asm keeps the compiler from turning the loop back into a memcpy call.
+  if constexpr (Stream) {
+    i = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+    std::memcpy(d, s, i);
+  }
+  auto load = [&](size_t at) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + at)); };
+  auto store = [&](size_t at, __m128i v) {
+    if constexpr (Stream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + at), v);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + at), v);
+    }
+  };
   for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    const __m128i a = load(i), b = load(i + 16), c = load(i + 32), e = load(i + 48);
+    store(i, a);
+    store(i + 16, b);
+    store(i + 32, c);
+    store(i + 48, e);
     asm volatile("" ::: "memory");
   }
+  if constexpr (Stream) _mm_sfence();
 #endif
-  // The tail (under a line, below memcpy's `rep movsb` threshold), or every
-  // byte where there is no SSE2.
   if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
 }
 
+}  // namespace
+
+void copyShared(void* dst, const void* src, size_t bytes) { copyLines<false>(dst, src, bytes); }
+
 void copySharedStreaming(void* dst, const void* src, size_t bytes) {
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  size_t i = 0;
-#if defined(__SSE2__)
-  // Up to dst's first line boundary with ordinary stores, then whole lines;
-  // the fence orders the streaming stores before whatever publishes them.
-  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  _mm_sfence();
-#endif
-  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+  copyLines<true>(dst, src, bytes);
 }
 
 }  // namespace kolo::comm::shm
