@@ -168,7 +168,7 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
       char* out = buf + prev * chunk * es;
       for (int k = 0; k < n; ++k) {
         copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
-                parts.length(k) * es, stream);
+                  parts.length(k) * es, stream);
       }
     }
   }
