@@ -2,18 +2,24 @@
 //
 //   bench_gpu_pack [--tensors N] [--total-mib M] [--iters K] [--csv FILE]
 //   bench_gpu_pack --resnet50 [--iters K] [--csv FILE]
+//   bench_gpu_pack --small [--iters K] [--csv FILE]
 //
-// --resnet50: the 161 parameter tensors of ResNet-50 (53 convolutions, 53
-// batch norms' weight and bias, the classifier's weight and bias; 25.6 M
-// floats), the gradients DistributedOptimizer fuses each step.
+// The three shape sets scripts/gpu-check runs: the default (128 tensors,
+// 256 MiB), --resnet50: the 161 parameter tensors of ResNet-50 (53
+// convolutions, 53 batch norms' weight and bias, the classifier's weight
+// and bias; 25.6 M floats), the gradients DistributedOptimizer fuses each
+// step, and --small: many small tensors (512 tensors, 64 MiB: the same as
+// --tensors 512 --total-mib 64).
 //
 // Packs N tensors of log-uniform mixed sizes (1 KiB .. 8 MiB, scaled to
 // M MiB in total) into one fusion buffer with one kernel launch (as the
 // engine does for a fused response; descriptor upload included), unpacks
 // them again, and times both against one cudaMemcpyAsync D2D of the same
 // bytes. Bandwidth counts read + write (2 x bytes / time), like a memcpy
-// benchmark. Goal (issue 6): pack and unpack >= 80% of the memcpy rate for
-// 100+ tensors. Prints a table; --csv also writes it as CSV.
+// benchmark. Goal: pack and unpack >= 90% of the memcpy rate for 100+
+// tensors. Prints a table and a `summary:` line (the shape set, both ratios,
+// the goal); --csv also writes the table as CSV. Exits 0 whether or not the
+// goal is met (1 on bad flags or CUDA errors).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -102,10 +108,18 @@ int main(int argc, char** argv) {
   int iters = 20;
   std::string csv;
   bool resnet50 = false;
+  std::string shapeSet;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--resnet50") {
       resnet50 = true;
+      --i;  // takes no value
+      continue;
+    }
+    if (flag == "--small") {
+      tensors = 512;
+      totalMiB = 64;
+      shapeSet = "512 small tensors 64 MiB";
       --i;  // takes no value
       continue;
     }
@@ -151,6 +165,7 @@ int main(int argc, char** argv) {
     tensors = static_cast<int>(counts.size());
     total = 0;
     for (uint64_t c : counts) total += c;
+    shapeSet = "ResNet-50 161 tensors";
   }
   const size_t bytes = total * sizeof(float);
 
@@ -203,8 +218,17 @@ int main(int argc, char** argv) {
     std::printf("%-24s %10.3f %12.1f %9.1f%%\n", r.what.c_str(), r.ms, r.gbps, 100 * r.ratio);
   }
   const double worst = std::min({memcpyMs / packMs, memcpyMs / unpackMs});
-  std::printf("goal >= 80%% of memcpy for pack and unpack: %s (worst %.1f%%)\n",
-              worst >= 0.8 ? "MET" : "NOT MET", 100 * worst);
+  const double kGoal = 0.9;
+  std::printf("goal >= 90%% of memcpy for pack and unpack: %s (worst %.1f%%, %.2f of the goal)\n",
+              worst >= kGoal ? "MET" : "NOT MET", 100 * worst, worst / kGoal);
+  if (shapeSet.empty()) {
+    shapeSet = std::to_string(tensors) + " tensors " + std::to_string(static_cast<int>(totalMiB)) +
+               " MiB";
+  }
+  std::printf("summary: pack/unpack %-26s pack %5.1f%%, unpack %5.1f%% of memcpy D2D "
+              "(%.0f GB/s) (goal >= 90%%: %s)\n",
+              (shapeSet + ":").c_str(), 100 * memcpyMs / packMs, 100 * memcpyMs / unpackMs,
+              gbps(memcpyMs), worst >= kGoal ? "MET" : "NOT MET");
   if (!csv.empty()) {
     std::ofstream out(csv);
     out << "what,tensors,bytes,ms,gbps_rw,ratio_vs_memcpy\n";
@@ -215,5 +239,5 @@ int main(int argc, char** argv) {
   }
   for (void* b : bufs) (void)cudaFree(b);
   (void)cudaFree(other);
-  return worst >= 0.8 ? 0 : 1;
+  return 0;
 }

@@ -308,7 +308,14 @@ TEST_F(TorchCollectives, DtypeMappingAndDefaults) {
     auto dt = static_cast<kolo::DataType>(i);
     EXPECT_EQ(kt::to_data_type(kt::to_scalar_type(dt), "x"), dt);
   }
-  EXPECT_EQ(kt::device(), torch::Device(torch::kCPU));  // no GPU on the test machines
+  // The default device: this rank's GPU when LibTorch sees CUDA (the local
+  // rank's, or GPU 0 before init), else the CPU.
+  if (torch::cuda::is_available()) {
+    const auto index = static_cast<c10::DeviceIndex>(kolo::isInitialized() ? kolo::localRank() : 0);
+    EXPECT_EQ(kt::device(), torch::Device(torch::kCUDA, index));
+  } else {
+    EXPECT_EQ(kt::device(), torch::Device(torch::kCPU));
+  }
   // The default context resolves kolo::defaultEngine() lazily.
   if (!kolo::isInitialized()) {
     EXPECT_THROW(kt::allreduce(torch::ones({1})), kolo::InvalidArgument);
