@@ -101,6 +101,30 @@ Rendezvous rankZeroHosted(const EnvReader& env, const Identity& id,
   return rv;
 }
 
+// MASTER_ADDR / KOLO_RENDEZVOUS_ADDR naming this host over loopback.
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+// A Kubeflow PyTorchJob with nprocPerNode N > 1 counts N processes per pod
+// in WORLD_SIZE and expects torchrun in the container to start them (torchrun
+// reads the operator's PET_* variables and sets LOCAL_RANK for each). Without
+// LOCAL_RANK this process is the pod's only one and the job could never
+// assemble; say so instead of timing out at rendezvous.
+void refuseNodeOfSeveralProcesses(const EnvReader& env) {
+  const std::string perNode = env.str("PET_NPROC_PER_NODE");
+  char* end = nullptr;
+  const long n = std::strtol(perNode.c_str(), &end, 10);
+  if (perNode.empty() || *end != '\0' || n <= 1) return;  // unset, "auto", "gpu", 1
+  throw InvalidArgument(
+      "PET_NPROC_PER_NODE=" + perNode + " (a PyTorchJob's nprocPerNode) makes WORLD_SIZE=" +
+      env.str("WORLD_SIZE") + " count " + perNode +
+      " processes per pod, but LOCAL_RANK is not set, so this process was not started by "
+      "torchrun: start the container's program with torchrun (it reads PET_NNODES, "
+      "PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT), or set "
+      "nprocPerNode to \"1\" for one process per pod");
+}
+
 int parseSlurmTasksPerNode(const std::string& text) {
   // "4(x2),3" -> tasks on the first node; good enough when nodes are uniform.
   return std::atoi(text.c_str());
@@ -166,11 +190,25 @@ LaunchInfo launchInfoFromEnv(const EnvLookup& lookup) {
     const std::string who = "torchrun";
     id.rank = env.integer("RANK", 0, 0, true, who);
     id.size = env.integer("WORLD_SIZE", 1, 1, true, who);
-    id.localRank = env.integer("LOCAL_RANK", 0, id.rank, false, who);
-    id.localSize = env.integer("LOCAL_WORLD_SIZE", 1, env.has("LOCAL_RANK") ? id.size : id.size,
-                               false, who);
-    id.crossRank = env.integer("GROUP_RANK", 0, id.rank / id.localSize, false, who);
-    id.crossSize = id.size / id.localSize > 0 ? id.size / id.localSize : 1;
+    if (env.has("LOCAL_RANK")) {
+      // torchrun: a node's ranks are consecutive, GROUP_RANK is the node's.
+      id.localRank = env.integer("LOCAL_RANK", 0, 0, true, who);
+      id.localSize = env.integer("LOCAL_WORLD_SIZE", 1, id.size, false, who);
+      const int nodes = id.size / id.localSize > 0 ? id.size / id.localSize : 1;
+      id.crossRank = env.integer("GROUP_RANK", 0, id.rank / id.localSize, false, who);
+      id.crossSize = env.integer("GROUP_WORLD_SIZE", 1, nodes, false, who);
+    } else {
+      refuseNodeOfSeveralProcesses(env);
+      if (isLoopback(env.str("KOLO_RENDEZVOUS_ADDR", env.str("MASTER_ADDR")))) {
+        // Every rank reaches rank 0 over loopback, so all run on this host.
+        id.localRank = id.rank;
+        id.localSize = id.size;
+      } else {
+        // One process per host, as in a Kubeflow PyTorchJob's pods.
+        id.crossRank = id.rank;
+        id.crossSize = id.size;
+      }
+    }
     checkIdentity(id, who);
     info.rendezvous = rankZeroHosted(env, id, who);
     return info;
