@@ -8,10 +8,9 @@ same loop in a child process with RAY_TRAIN_V2_ENABLED=0.
     PYTHONPATH=<build>/python python -m pytest -q tests/ray/test_train.py
 
 Every test is bounded: KoloConfig(timeout_s=...) bounds kolo's collectives
-and rendezvous, and a faulthandler watchdog ends the run (with every
-thread's stack) if a fit outlives TEST_TIMEOUT_S.
+and rendezvous, and conftest.py's watchdog ends the run (with every thread's
+stack) if a test outlives its timeout_s mark.
 """
-import faulthandler
 import json
 import os
 import subprocess
@@ -35,7 +34,8 @@ from kolo.ray.train import KoloBackend, KoloConfig, layout
 # file by name: ship its functions by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TEST_TIMEOUT_S = 300
+FIT_TIMEOUT_S = 300  # two fits on a loaded 2-core machine take about 100 s
+RAY_NUM_CPUS = 6     # logical: 3 one-CPU workers plus Ray Data's tasks
 ROWS = 24           # divisible by every world size tested, so shards are equal
 FEATURES = 4
 LR = 0.1
@@ -85,6 +85,24 @@ def reference(steps):
 # ----------------------------------------------------------------------------
 # The training loop every Ray Train worker runs.
 
+def processes_holding(secret):
+    """{"cmdline": pids whose command line holds secret, "environ": pids
+    whose environment does}, over every process this user can read."""
+    found = {"cmdline": [], "environ": []}
+    needle = secret.encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        for what in found:
+            try:
+                with open("/proc/%s/%s" % (pid, what), "rb") as f:
+                    if needle in f.read():
+                        found[what].append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
 def train_loop(config):
     import ray.train
 
@@ -102,7 +120,9 @@ def train_loop(config):
         "ray": [ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank(),
                 ctx.get_local_world_size(), ctx.get_node_rank()],
         "secret_len": len(os.environ.get("KOLO_SECRET_KEY", "")),
+        "pid": os.getpid(),
     }, name="facts")
+    holders = processes_holding(os.environ["KOLO_SECRET_KEY"])
     total = hvd.allreduce(torch.tensor([float(rank + 1)]), op=hvd.Sum, name="sanity")
 
     model = make_model()
@@ -131,6 +151,7 @@ def train_loop(config):
         mean_loss = hvd.allreduce(loss.detach(), op=hvd.Average, name="loss.%d" % epoch).item()
 
         metrics = {"epoch": epoch, "loss": mean_loss, "facts": facts, "ids": ids,
+                   "holders": holders,
                    "sum": total.item(), "resumed_at": start}
         with tempfile.TemporaryDirectory() as d:
             saved = None
@@ -163,6 +184,13 @@ def check_result(result, size, epochs, resumed_at):
         assert f["secret_len"] == 64, facts           # a fresh 256-bit secret
     assert m["sum"] == size * (size + 1) / 2
 
+    # The secret is in no command line, and in no environment but the
+    # workers' own (/proc/PID/environ shows a process's initial environment,
+    # so even the workers show none: it was set after they started).
+    holders = m["holders"]
+    assert holders["cmdline"] == [], holders
+    assert set(holders["environ"]) <= {f["pid"] for f in facts}, (holders, facts)
+
     # The shards are disjoint, equal, and together the whole data set.
     shards = m["ids"]
     assert sorted(i for s in shards for i in s) == list(range(ROWS)), shards
@@ -180,22 +208,6 @@ def check_result(result, size, epochs, resumed_at):
 
 # ----------------------------------------------------------------------------
 # Fixtures and tests.
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """One local Ray cluster for the module (Train V2, Ray's default)."""
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
 
 def fit(trainer_cls, size, epochs, storage, name, **kwargs):
     from ray.train import RunConfig, ScalingConfig
@@ -232,8 +244,9 @@ def test_config_is_checked():
     assert "secret" not in json.dumps(KoloConfig(timeout_s=5).to_dict()).lower()
 
 
+@pytest.mark.timeout_s(FIT_TIMEOUT_S)
 @pytest.mark.parametrize("size", [2, 3])
-def test_train_v2(cluster, tmp_path, size):
+def test_train_v2(ray_cluster, tmp_path, size):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     if size == 2:
@@ -247,14 +260,16 @@ def test_train_v2(cluster, tmp_path, size):
         check_result(fit(DataParallelTrainer, size, 4, tmp_path, "np3"), size, 4, 0)
 
 
-def test_train_v1(cluster, tmp_path):
+@pytest.mark.timeout_s(FIT_TIMEOUT_S)
+def test_train_v1(ray_cluster, tmp_path):
     """The V1 DataParallelTrainer (RAY_TRAIN_V2_ENABLED=0), in a child
     process on the same cluster: a fit, then a second one resumed from its
     checkpoint with resume_from_checkpoint."""
-    env = dict(os.environ, RAY_TRAIN_V2_ENABLED="0", RAY_ADDRESS=cluster)
+    address = ray.get_runtime_context().gcs_address
+    env = dict(os.environ, RAY_TRAIN_V2_ENABLED="0", RAY_ADDRESS=address)
     proc = subprocess.run([sys.executable, __file__, "v1", str(tmp_path)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=TEST_TIMEOUT_S - 20)
+                          timeout=FIT_TIMEOUT_S - 20)
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert "v1 ok" in proc.stdout, proc.stdout[-6000:]
 
