@@ -115,3 +115,42 @@ def test_cuda_distributed_optimizer_trains_as_on_the_cpu(side_stream):
     gpu = train(device(), side_stream)
     for a, b in zip(cpu, gpu):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_synchronize_returns_before_the_gpu_is_done():
+    """Two-stage handles: synchronize() makes the current stream wait on the
+    response's done event and returns once the work is enqueued, while the
+    GPU is still busy with the input's producer; the values read afterwards
+    (which waits for the stream) are right. Over NCCL only: staging copies
+    through the host, which waits for the GPU by design."""
+    if not NCCL:
+        pytest.skip("KOLO_GPU_OPERATIONS is not nccl: staging waits for the GPU")
+    n = hvd.size()
+    x = torch.ones(1 << 20, device=device())
+    # Keep the current stream busy for a while (~0.5 s at ~1-2 GHz), then
+    # produce the input behind that.
+    torch.cuda._sleep(1 << 30)
+    x.mul_(2.0)
+    h = hvd.allreduce_async(x, op=hvd.Sum, name="g.twostage")
+    out = hvd.synchronize(h)
+    assert not torch.cuda.current_stream().query(), \
+        "synchronize() waited for the GPU instead of handing the wait to the stream"
+    assert torch.equal(out.cpu(), torch.full((1 << 20,), 2.0 * n))
+
+
+def test_optimizer_step_waits_on_the_stream_not_the_host():
+    if not NCCL:
+        pytest.skip("KOLO_GPU_OPERATIONS is not nccl: staging waits for the GPU")
+    torch.manual_seed(3)
+    model = torch.nn.Linear(256, 256).to(device())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    before = model.weight.detach().clone()
+    x = torch.ones(8, 256, device=device())
+    torch.cuda._sleep(1 << 30)
+    model(x).sum().backward()
+    grad = model.weight.grad.detach().clone()  # this rank's gradient (identical on every rank)
+    opt.step()
+    assert not torch.cuda.current_stream().query(), "step() waited for the GPU"
+    torch.testing.assert_close(model.weight.detach(), before - 0.1 * grad)

@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "kolo/engine.h"
+#include "kolo/error.h"
+
 #ifndef KOLO_TORCH_WITH_CUDA
 #define KOLO_TORCH_WITH_CUDA 0  // set by adapters/torch/CMakeLists.txt
 #endif
@@ -19,6 +22,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #define KOLO_TORCH_VERSION_AT_LEAST(major, minor) \
@@ -111,6 +115,29 @@ inline void recordCurrentStream(const at::Tensor& tensor) {
   }
 #else
   (void)tensor;
+#endif
+}
+
+// The first stage of a kolo operation on tensors of device: once its work is
+// enqueued (kolo::Handle::waitEnqueued), the caller's current stream of
+// device waits for that work's done event. The host blocks only until the
+// work is enqueued; a CPU operation is simply waited for. Throws the
+// operation's error.
+inline void waitOnCurrentStream(const kolo::Handle& handle, const at::Device& device) {
+  void* event = handle.waitEnqueued();
+#if KOLO_TORCH_WITH_CUDA
+  if (event != nullptr && device.is_cuda()) {
+    const cudaError_t err = cudaStreamWaitEvent(
+        c10::cuda::getCurrentCUDAStream(device.index()).stream(), static_cast<cudaEvent_t>(event), 0);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw kolo::Internal(std::string("cudaStreamWaitEvent on kolo's done event: ") +
+                           cudaGetErrorString(err));
+    }
+  }
+#else
+  (void)event;
+  (void)device;
 #endif
 }
 

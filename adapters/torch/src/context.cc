@@ -19,15 +19,17 @@ const HandleBody& bodyOf(const std::shared_ptr<HandleBody>& body) {
 }
 }  // namespace
 
-bool TensorHandle::poll() const { return bodyOf(body_).handle.poll(); }
+// CUDA: true once the work is enqueued, when wait() no longer blocks the host.
+bool TensorHandle::poll() const { return bodyOf(body_).handle.enqueued(); }
 
 at::Tensor TensorHandle::wait() const {
-  bodyOf(body_).handle.wait();
+  // CUDA: the caller's stream waits for the GPU work (not the host); the
+  // engine keeps the tensors alive until that work is done (entry.onDone).
+  compat::waitOnCurrentStream(bodyOf(body_).handle, body_->input.device());
   std::lock_guard<std::mutex> lock(body_->mu);
   if (!body_->finished) {
-    // The GPU work finished before the handle completed (gpu_path.h), so
-    // the caller's stream needs no event; memory the engine allocated on
-    // its comm stream is now used on the caller's stream.
+    // Memory the engine allocated on its comm stream is now used on the
+    // caller's stream.
     if (body_->negotiated) compat::recordCurrentStream(body_->output);
     if (body_->target.defined()) {
       at::NoGradGuard noGrad;

@@ -120,6 +120,9 @@ struct DistributedOptimizer::State {
     }
     entry.input = s.send.data_ptr();
     entry.output = s.buffer.data_ptr();
+    // CUDA: synchronize() returns once the allreduce is enqueued; the
+    // engine keeps its input and output alive until the GPU is done.
+    if (s.send.is_cuda()) entry.onDone = [send = s.send, buffer = s.buffer](const Status&) {};
   }
 
   // Slot i's sparse gradient: allgathers of its indices (as rows) and values.
@@ -376,7 +379,7 @@ DistributedOptimizer::~DistributedOptimizer() {
 
 void DistributedOptimizer::synchronize() {
   State& st = *state_;
-  std::vector<Handle> handles;
+  std::vector<std::pair<Handle, at::Device>> handles;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.options.op == ReduceOp::kAdasum) return;  // step() reduces the update
@@ -394,17 +397,19 @@ void DistributedOptimizer::synchronize() {
     }
     for (const auto& s : st.slots) {
       if (s.sparse) {
-        handles.push_back(s.sparseIndices.handle());
-        handles.push_back(s.sparseValues.handle());
+        handles.emplace_back(s.sparseIndices.handle(), s.param.device());
+        handles.emplace_back(s.sparseValues.handle(), s.param.device());
       } else {
-        handles.push_back(s.handle);
+        handles.emplace_back(s.handle, s.param.device());
       }
     }
   }
   std::exception_ptr error;
-  for (const Handle& h : handles) {
+  // CUDA: the caller's stream waits for the allreduces, the host only until
+  // they are enqueued; the write-back below runs on that stream after them.
+  for (const auto& [h, device] : handles) {
     try {
-      h.wait();
+      compat::waitOnCurrentStream(h, device);
     } catch (...) {
       if (!error) error = std::current_exception();
     }

@@ -94,6 +94,21 @@ class Handle {
   bool waitFor(std::chrono::milliseconds timeout) const;
   // Blocks until done and throws the operation's error, if any.
   void wait() const;
+
+  // Operations on CUDA tensors complete in two stages: "enqueued" (the GPU
+  // work is queued on the engine's comm stream behind the inputs' ready
+  // events) and then done (the GPU finished it). waitEnqueued() blocks until
+  // the first of the two and returns the cudaEvent_t (as void*) recorded
+  // after the work: a stream that reads the outputs waits on it
+  // (cudaStreamWaitEvent) instead of the host waiting. nullptr when the
+  // operation is done already (CPU operations, or the GPU got there first);
+  // throws the operation's error when it failed before. The event stays
+  // valid while any copy of this Handle lives. The entry's memory must stay
+  // valid until done (Entry::onDone runs then). An error the GPU work meets
+  // after the enqueued stage fails the engine: the next operation throws it.
+  void* waitEnqueued() const;
+  // True once waitEnqueued() would not block.
+  bool enqueued() const;
   // Valid once done.
   Status status() const;
   // Output shape decided by negotiation (allgather/alltoall/reducescatter).

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kolo/error.h"
 #include "kolo/types.h"
 
 namespace kolo::comm {
@@ -54,6 +55,13 @@ class Collectives {
   virtual bool canSwitchTwoLevelAllreduce() const { return false; }
   virtual bool twoLevelAllreduce() const { return false; }
   virtual void setTwoLevelAllreduce(bool) {}
+
+  // Planes whose collectives finish after the call returns (NCCL: on the
+  // device): the first asynchronous failure (ok while none), and stopping
+  // the work in flight after one. Unlike the rest, any thread may call
+  // these (the GPU path's completion watcher does).
+  virtual Status asyncError() { return Status::Ok(); }
+  virtual void abortAsync() {}
 };
 
 }  // namespace kolo::comm

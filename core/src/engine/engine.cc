@@ -88,6 +88,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
                  "invalid identity: rank " + std::to_string(identity.rank) + " of size " +
                      std::to_string(identity.size));
   KOLO_CHECK_ARG(rootStore != nullptr, "kolo::Engine needs a rendezvous store");
+  gpuEvents->queue = &queue;
   for (auto& ranks : staticSets) {
     ranks = checkedProcessSetRanks(std::move(ranks), identity.size, "init(process_sets=...)");
   }

@@ -27,6 +27,24 @@
 
 namespace kolo {
 
+// What the GPU path's completion threads hand back to the loop: the first
+// asynchronous failure (the loop fails the job with it) and the GPU phases
+// of traced responses (the loop writes them to the timeline). Shared with
+// the completion callbacks, which may outlive a cycle.
+struct GpuEvents {
+  struct Phases {
+    const timeline::Timeline* timeline;  // the one that was running
+    std::vector<int> rows;
+    const char* collective;
+    comm::cuda::GpuPhases phases;
+  };
+  std::mutex mu;
+  Status failure;               // guarded by mu
+  std::vector<Phases> traced;   // guarded by mu
+  std::atomic<bool> any{false};  // something above is waiting for the loop
+  TensorQueue* queue = nullptr;  // woken when something arrives
+};
+
 struct Engine::Impl {
   Impl(Config c, Identity id, std::shared_ptr<Store> s, std::vector<std::vector<int>> staticSets);
 
@@ -58,6 +76,12 @@ struct Engine::Impl {
   // Admits set.fresh into set.pending.
   void admitOnLoop(ProcessSetState& set, CycleInput& in);
   void executeOnLoop(ProcessSetState& set, const Response& r, bool fromCache);
+  // CUDA responses: ends ops' first stage (names free, handles enqueued with
+  // the fence's done event) and hands their completion to the GPU path.
+  void handOffOnLoop(ProcessSetState& set, const std::vector<PendingMap::iterator>& ops,
+                     const comm::cuda::GpuFence& fence);
+  // Throws the GPU path's asynchronous failure; writes traced GPU phases.
+  void gpuEventsOnLoop();
   // Applies a process set change of set 0's response r (every rank, same point).
   void changeProcessSetOnLoop(const Response& r);
   // Ends ops (entries of set.pending) with status: frees their names,
@@ -94,6 +118,7 @@ struct Engine::Impl {
   std::shared_ptr<spdlog::logger> log;
 
   TensorQueue queue;
+  std::shared_ptr<GpuEvents> gpuEvents = std::make_shared<GpuEvents>();
   ProcessSetTable table;  // any thread
   Tunables tunables;      // loop thread; see Controller
 

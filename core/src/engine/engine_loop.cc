@@ -7,6 +7,11 @@
 // which keeps the sets deadlock-free among each other; a rank never runs
 // the cycles of a set it is not in.
 #include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/engine_impl.h"
 
@@ -56,6 +61,7 @@ void Engine::Impl::cyclesOnLoop() {
     queue.drainInto(drained);
     bool busy = false;
     try {
+      if (gpuEvents->any.load(std::memory_order_acquire)) gpuEventsOnLoop();
       // Set 0 first: its responses may add or remove sets, which every
       // rank does at this same point; the other sets then run as they are
       // after it.
@@ -302,7 +308,7 @@ void Engine::Impl::executeOnLoop(ProcessSetState& set, const Response& r, bool f
       }
     }
   }
-  set.executor->execute(r, ops);
+  const comm::cuda::GpuFence fence = set.executor->execute(r, ops);
   if (cacheOnLoop(set) && ResponseCache::cacheable(r.op)) {
     for (size_t i = 0; i < r.names.size(); ++i) {
       if (fromCache) {
@@ -317,7 +323,110 @@ void Engine::Impl::executeOnLoop(ProcessSetState& set, const Response& r, bool f
       }
     }
   }
-  completeOnLoop(set, mine, Status::Ok());
+  if (fence.id != 0) {
+    handOffOnLoop(set, mine, fence);
+  } else {
+    completeOnLoop(set, mine, Status::Ok());
+  }
+}
+
+namespace {
+
+// The second stage of a CUDA response's ops, run by the GPU path's
+// completion thread once the GPU finished (or failed) their work.
+struct GpuCompletion {
+  std::vector<std::function<void(const Status&)>> onDone;  // keep the tensors alive until now
+  std::vector<std::shared_ptr<HandleState>> handles;
+  std::vector<std::string> names;  // for a callback that throws
+};
+
+}  // namespace
+
+void Engine::Impl::handOffOnLoop(ProcessSetState& set,
+                                 const std::vector<PendingMap::iterator>& ops,
+                                 const comm::cuda::GpuFence& fence) {
+  auto done = std::make_shared<GpuCompletion>();
+  done->onDone.reserve(ops.size());
+  done->handles.reserve(ops.size());
+  std::vector<const std::string*> names;
+  names.reserve(ops.size());
+  const int64_t ts = timeline ? timeline::Timeline::now() : 0;
+  for (const auto& it : ops) {
+    if (timeline && it->second.traced) traceCloseOnLoop(it->second, ts);
+    names.push_back(&it->first);
+  }
+  // Negotiation is over for them: their names are free for the next step.
+  queue.release(set.id, names);
+  publishStatsOnLoop();
+  for (const auto& it : ops) {
+    done->names.push_back(it->first);
+    done->onDone.push_back(std::move(it->second.entry.onDone));
+    done->handles.push_back(std::move(it->second.handle));
+    set.pending.erase(it);
+  }
+  for (const auto& h : done->handles) h->markEnqueued(fence.doneEvent);
+  for (const auto& h : done->handles) h->wake();
+  std::vector<int> rows;
+  const char* collective = nullptr;
+  if (timeline) {
+    rows = set.executor->tracedRows();
+    collective = set.executor->collectiveSpan();
+  }
+  set.executor->whenGpuDone(
+      fence, [done, events = gpuEvents, log = log, tl = timeline.get(), rows = std::move(rows),
+              collective](const Status& status, const comm::cuda::GpuPhases& phases) {
+        for (size_t i = 0; i < done->onDone.size(); ++i) {
+          if (!done->onDone[i]) continue;
+          try {
+            done->onDone[i](status);
+          } catch (const std::exception& e) {
+            log->error("completion callback for '{}' threw: {}", done->names[i], e.what());
+          }
+        }
+        done->onDone.clear();  // drops the tensors now, not with the last handle
+        for (const auto& h : done->handles) h->finish(status);
+        for (const auto& h : done->handles) h->wake();
+        if (status.ok() && !(phases.timed && !rows.empty())) return;
+        {
+          std::lock_guard<std::mutex> lock(events->mu);
+          if (!status.ok()) {
+            if (events->failure.ok()) events->failure = status;
+          } else {
+            events->traced.push_back(GpuEvents::Phases{tl, rows, collective, phases});
+          }
+        }
+        events->any.store(true, std::memory_order_release);
+        events->queue->wake();
+      });
+}
+
+void Engine::Impl::gpuEventsOnLoop() {
+  Status failure;
+  std::vector<GpuEvents::Phases> traced;
+  {
+    std::lock_guard<std::mutex> lock(gpuEvents->mu);
+    gpuEvents->any.store(false, std::memory_order_relaxed);
+    failure = gpuEvents->failure;
+    traced.swap(gpuEvents->traced);
+  }
+  // GPU phases as complete spans, on the rows of the ops they served.
+  for (const auto& t : traced) {
+    if (!timeline || t.timeline != timeline.get()) continue;  // that timeline was stopped
+    using P = comm::cuda::GpuPhases;
+    const std::pair<const char*, P::Phase> spans[] = {{timeline::kWaitForData, P::kReady},
+                                                      {timeline::kMemcpyIn, P::kPacked},
+                                                      {t.collective, P::kReduced},
+                                                      {timeline::kMemcpyOut, P::kUnpacked}};
+    for (const auto& [name, phase] : spans) {
+      const int64_t begin = t.phases.at[phase - 1];
+      const int64_t dur = t.phases.at[phase] - begin;
+      if (name == nullptr || dur <= 0) continue;
+      for (int row : t.rows) timeline->complete(row, name, begin, dur);
+    }
+  }
+  // The loop's failure path names the rank (diagnoseFailure) and fails
+  // everything, as for a failure of a CPU collective.
+  failure.throwIfError();
 }
 
 void Engine::Impl::completeOnLoop(ProcessSetState& set,
@@ -368,6 +477,13 @@ void Engine::Impl::failSetOnLoop(ProcessSetState& set, const Status& status) {
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
   queue.close(status);
+  if (status.code != ErrorCode::kShutdown) {
+    // GPU work in flight stops (its communicator is aborted) and its ops
+    // fail with this status instead of waiting out KOLO_TIMEOUT.
+    for (auto& [id, set] : sets) {
+      if (set->executor) set->executor->abortGpu(status);
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     if (status.code != ErrorCode::kShutdown) failure = status;

@@ -30,6 +30,23 @@ void Handle::wait() const {
   s.status.throwIfError();
 }
 
+void* Handle::waitEnqueued() const {
+  auto& s = checked(state_);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait(lock, [&] { return s.done || s.enqueued; });
+  if (s.done) {
+    s.status.throwIfError();
+    return nullptr;
+  }
+  return s.doneEvent.get();
+}
+
+bool Handle::enqueued() const {
+  auto& s = checked(state_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.done || s.enqueued;
+}
+
 Status Handle::status() const {
   auto& s = checked(state_);
   std::lock_guard<std::mutex> lock(s.mu);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -13,6 +14,11 @@ struct HandleState {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  // CUDA operations: their GPU work is enqueued on the engine's comm stream
+  // (the first of two stages; done follows once the GPU finished), and the
+  // event after that work, which consumers' streams wait on.
+  bool enqueued = false;
+  std::shared_ptr<void> doneEvent;
   Status status;
   std::vector<int64_t> outputShape;
   std::vector<int64_t> receivedSplits;
@@ -29,6 +35,12 @@ struct HandleState {
     done = true;
   }
   void wake() { cv.notify_all(); }
+  // Stage one of a CUDA operation (background thread), then wake().
+  void markEnqueued(std::shared_ptr<void> event) {
+    std::lock_guard<std::mutex> lock(mu);
+    doneEvent = std::move(event);
+    enqueued = true;
+  }
 };
 
 }  // namespace kolo

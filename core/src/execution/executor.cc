@@ -72,7 +72,8 @@ Executor::Executor(const Identity& identity, std::unique_ptr<comm::Collectives> 
       stats_(stats),
       gpu_(identity, std::move(gpu), stats, gpuDevice) {}
 
-void Executor::execute(const Response& response, const std::vector<PendingOp*>& ops) {
+comm::cuda::GpuFence Executor::execute(const Response& response,
+                                       const std::vector<PendingOp*>& ops) {
   rows_.clear();
   collectiveSpan_ = nullptr;
   if (timeline_ != nullptr) {
@@ -91,22 +92,20 @@ void Executor::execute(const Response& response, const std::vector<PendingOp*>& 
       collectiveSpan_ = name != nullptr ? name : timeline_->collectiveName("gpu", response.op);
     }
   }
-  if (response.device == DeviceKind::kCuda) {
-    traceBegin(collectiveSpan_);
-    gpu_.execute(response, ops);
-    traceEnd(collectiveSpan_);
-    return;
-  }
+  // CUDA: the GPU phases are traced when they have run (the engine writes
+  // them from whenGpuDone's GpuPhases).
+  if (response.device == DeviceKind::kCuda) return gpu_.execute(response, ops, !rows_.empty());
   switch (response.op) {
-    case OpType::kAllreduce: return allreduce(response, ops);
-    case OpType::kBroadcast: return broadcast(response, ops[0]);
-    case OpType::kAllgather: return allgather(response, ops[0]);
-    case OpType::kAlltoall: return alltoall(response, ops[0]);
-    case OpType::kReducescatter: return reducescatter(response, ops[0]);
+    case OpType::kAllreduce: allreduce(response, ops); break;
+    case OpType::kBroadcast: broadcast(response, ops[0]); break;
+    case OpType::kAllgather: allgather(response, ops[0]); break;
+    case OpType::kAlltoall: alltoall(response, ops[0]); break;
+    case OpType::kReducescatter: reducescatter(response, ops[0]); break;
     case OpType::kBarrier:
     case OpType::kJoin:
-    case OpType::kProcessSet: return;  // negotiation itself was the synchronisation
+    case OpType::kProcessSet: break;  // negotiation itself was the synchronisation
   }
+  return {};
 }
 
 void Executor::traceBegin(const char* name, int64_t bytes) {

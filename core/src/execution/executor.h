@@ -27,11 +27,22 @@ class Executor {
            EngineStats& stats, GpuPath::Factory gpu = {}, int gpuDevice = 0);
 
   // ops[i] is this rank's operation for response.names[i], or nullptr when
-  // this rank has joined and contributes a neutral value. Responses on CUDA
-  // tensors go to the GPU path (execution/gpu_path.h). Fills results into
+  // this rank has joined and contributes a neutral value. Fills results into
   // the ops' handle states (shape, splits) but does not complete them; throws
-  // on backend failure (the engine then fails the job).
-  void execute(const Response& response, const std::vector<PendingOp*>& ops);
+  // on backend failure (the engine then fails the job). CPU responses are
+  // done when this returns (the fence's id is 0). Responses on CUDA tensors
+  // go to the GPU path (execution/gpu_path.h) and are only enqueued: the
+  // caller hands the fence to whenGpuDone.
+  comm::cuda::GpuFence execute(const Response& response, const std::vector<PendingOp*>& ops);
+  void whenGpuDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done) {
+    gpu_.whenDone(fence, std::move(done));
+  }
+  // Stops the GPU work in flight; its ops fail with why.
+  void abortGpu(const Status& why) { gpu_.abort(why); }
+  // After execute(): the timeline rows of the response's traced ops and the
+  // name of its collective span ("NCCL_ALLREDUCE"); empty when untraced.
+  const std::vector<int>& tracedRows() const { return rows_; }
+  const char* collectiveSpan() const { return collectiveSpan_; }
 
   comm::Collectives& collectives() { return *collectives_; }
 

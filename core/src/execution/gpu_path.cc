@@ -77,25 +77,37 @@ void* GpuPath::allocate(PendingOp& op, int device, const std::vector<int64_t>& s
   return op.entry.allocate(shape);
 }
 
-void GpuPath::execute(const Response& r, const std::vector<PendingOp*>& ops) {
+comm::cuda::GpuFence GpuPath::execute(const Response& r, const std::vector<PendingOp*>& ops,
+                                      bool timed) {
   comm::cuda::GpuOps& g = gpu();
   const int device = deviceOf(r, ops);
+  switch (r.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter: break;
+    default: return {};  // no GPU work
+  }
+  g.beginResponse(device, timed);
   // The comm stream waits for the producers of the inputs; the host does not.
   for (PendingOp* op : ops) {
     if (op != nullptr && op->entry.readyEvent != nullptr) g.waitReady(device, op->entry.readyEvent);
   }
+  g.markReady(device);
   switch (r.op) {
     case OpType::kAllreduce: allreduce(r, ops, device); break;
     case OpType::kBroadcast: broadcast(r, ops[0], device); break;
     case OpType::kAllgather: allgather(r, ops[0], device); break;
     case OpType::kAlltoall: alltoall(r, ops[0], device); break;
     case OpType::kReducescatter: reducescatter(r, ops[0], device); break;
-    default: return;
+    default: break;
   }
-  // The collectives returned once their part was done (bounded, polling
-  // NCCL's asynchronous error); what follows them on the comm stream is
-  // local (unpack, postscale): wait for the response's done event.
-  g.waitDone(device);
+  return g.endResponse(device);
+}
+
+void GpuPath::whenDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done) {
+  gpu().whenDone(fence, std::move(done));
 }
 
 void GpuPath::allreduce(const Response& r, const std::vector<PendingOp*>& ops, int device) {

@@ -5,22 +5,19 @@
 //
 // Streams: the comm stream first waits (cudaStreamWaitEvent, not the host)
 // on each tensor's Entry::readyEvent. Outputs whose size is negotiated are
-// allocated while outputAllocationStream() names the comm stream. When
-// execute() returns, the response's GPU work is done: the data plane's
-// collective waits for its own completion, polling NCCL's asynchronous
-// error and aborting the communicator at KOLO_TIMEOUT
-// (comm/nccl/communicator.h); the local unpack kernel after it is waited
-// for through a done event, polled and bounded by KOLO_TIMEOUT too. So a
-// completed handle's outputs are ready for any stream, and the engine's
-// completion callbacks (which keep the tensors alive) run only after the
-// GPU is done. With NCCL no stream or device is synchronised (staging
-// over gloo/mpi synchronises the comm stream around its host copies).
+// allocated while outputAllocationStream() names the comm stream. execute()
+// returns once the response's GPU work is enqueued, with its fence: the
+// done event consumers' streams wait on, and whenDone() to learn (on the
+// device's completion thread) when the work finished or failed. The host
+// never waits for the device here (staging over gloo/mpi synchronises the
+// comm stream around its host copies).
 //
 // The GpuOps are created on first use, i.e. at the first CUDA response of
 // the process set: every member executes it at the same point of the set's
 // response order, so the data plane's connection setup lines up.
 //
-// Threading: loop thread only.
+// Threading: loop thread only (whenDone callbacks run on the completion
+// thread).
 #pragma once
 
 #include <functional>
@@ -45,8 +42,17 @@ class GpuPath {
   GpuPath(const Identity& identity, Factory factory, EngineStats& stats, int defaultDevice);
   ~GpuPath();
 
-  // As Executor::execute, for r.device == kCuda.
-  void execute(const Response& r, const std::vector<PendingOp*>& ops);
+  // As Executor::execute, for r.device == kCuda. timed: record when the
+  // GPU phases ran (whenDone's GpuPhases), for the timeline.
+  comm::cuda::GpuFence execute(const Response& r, const std::vector<PendingOp*>& ops, bool timed);
+  // Calls done once fence's work finished or failed (GpuOps::whenDone).
+  void whenDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done);
+  // The first asynchronous failure of the GPU work, or ok.
+  Status failure() const { return gpu_ ? gpu_->failure() : Status::Ok(); }
+  // GpuOps::abort, when the GPU path exists.
+  void abort(const Status& why) {
+    if (gpu_) gpu_->abort(why);
+  }
 
   // The data plane's name once created ("nccl", "gloo+staging", ...), else "".
   const char* name() const;

@@ -90,6 +90,16 @@ const char* Timeline::collectiveName(const std::string& backend, OpType op) {
   return intern(name + "_" + opSpanName(op));
 }
 
+void Timeline::complete(int row, const char* name, int64_t ts, int64_t dur) {
+  TraceEvent e;
+  e.name = name;
+  e.ts = ts;
+  e.tid = row;
+  e.phase = 'X';
+  e.dur = dur;
+  writer_.push(std::move(e));
+}
+
 void Timeline::push(int row, char phase, const char* name, int64_t ts, int64_t bytes) {
   TraceEvent e;
   e.name = name;

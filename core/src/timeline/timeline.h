@@ -10,6 +10,11 @@
 //     MEMCPY_IN_FUSION_BUFFER        fused responses only
 //     <BACKEND>_<OP> (GLOO_ALLREDUCE) the data-plane call, args.bytes
 //     MEMCPY_OUT_FUSION_BUFFER       fused responses only
+// CUDA responses end the <OP> span once their GPU work is enqueued; when
+// that work has run, its phases follow on the same rows as complete spans
+// with the device's times: WAIT_FOR_DATA (the inputs' ready events),
+// MEMCPY_IN_FUSION_BUFFER (pack kernel), NCCL_ALLREDUCE (the collective),
+// MEMCPY_OUT_FUSION_BUFFER (unpack kernel).
 // plus, with markCycles, a CYCLE instant on row 0 for every cycle that had
 // work. pid is the rank.
 //
@@ -59,6 +64,8 @@ class Timeline {
   }
   void end(int row, const char* name, int64_t ts) { push(row, 'E', name, ts, -1); }
   void instant(int row, const char* name, int64_t ts) { push(row, 'i', name, ts, -1); }
+  // A span whose end is known already (GPU phases, written once they ran).
+  void complete(int row, const char* name, int64_t ts, int64_t dur);
   void markCycle(int64_t ts) {
     if (markCycles_) push(0, 'i', kCycle, ts, -1);
   }

@@ -106,6 +106,7 @@ void TraceWriter::write(const TraceEvent& e) {
   std::fprintf(file_, "{\"name\":\"%s\",\"ph\":\"%c\",\"ts\":%lld,\"pid\":%d,\"tid\":%d", e.name,
                e.phase, static_cast<long long>(e.ts), pid_, e.tid);
   if (e.phase == 'i') std::fputs(",\"s\":\"t\"", file_);
+  if (e.phase == 'X') std::fprintf(file_, ",\"dur\":%lld", static_cast<long long>(e.dur));
   if (e.bytes >= 0)
     std::fprintf(file_, ",\"args\":{\"bytes\":%lld}", static_cast<long long>(e.bytes));
   std::fprintf(file_, "}%s", end);

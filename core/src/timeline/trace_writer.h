@@ -25,8 +25,9 @@ struct TraceEvent {
   const char* name = "";  // static string or owned by the Timeline
   int64_t ts = 0;         // microseconds
   int32_t tid = 0;
-  char phase = 'i';    // 'B', 'E', 'i' (instant), 'M' (metadata)
+  char phase = 'i';    // 'B', 'E', 'X' (complete: ts .. ts+dur), 'i' (instant), 'M' (metadata)
   int64_t bytes = -1;  // "args": {"bytes": n} when >= 0
+  int64_t dur = 0;     // 'X' events
   std::string label;   // 'M' events: the row or process name
 };
 

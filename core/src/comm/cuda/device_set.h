@@ -48,27 +48,47 @@ class DeviceContext {
   void batchedCopy(const std::vector<CopyDesc>& copies, DataType dtype,
                    const CopyTransform& transform);
 
+  // One tensor: a cudaMemcpyAsync when transform is a plain copy (no
+  // descriptor upload), else batchedCopy. Returns without waiting.
+  void copy(const void* src, void* dst, uint64_t count, DataType dtype,
+            const CopyTransform& transform);
+
   // The comm stream waits for event (recorded by a producer on any stream
   // of this device) without blocking the host.
   void waitEvent(cudaEvent_t event);
-  // Records and returns an event after everything enqueued so far; valid
-  // until the next call. Consumer streams wait on it (cudaStreamWaitEvent).
-  cudaEvent_t recordDone();
+  // An event recorded on the stream now (after everything enqueued so
+  // far), from a pool; alive while the pointer is held. Consumer streams
+  // wait on it. timing: an event that times phases (cudaEventElapsedTime).
+  std::shared_ptr<void> record(bool timing = false);
+  // fn(arg) runs on a CUDA thread once the stream gets there
+  // (cudaLaunchHostFunc): it must not call CUDA. Later work on the stream
+  // waits until it returned.
+  void launchHostFunc(void (*fn)(void*), void* arg);
   // Blocks the calling thread until the stream is idle; throws Internal on
   // a CUDA error (e.g. a faulting kernel).
   void synchronize();
 
  private:
+  // Kernel descriptors travel from pinned host memory through a ring of
+  // slots: a slot is written again only once its upload has run, so the
+  // host waits only when kDescSlots launches are still queued on the stream.
+  static constexpr int kDescSlots = 8;
+  struct DescSlot {
+    PinnedBuffer host;
+    cudaEvent_t uploaded = nullptr;
+    bool inFlight = false;
+  };
+
   const int device_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t descsUploaded_ = nullptr;  // host descriptor buffer free again
-  cudaEvent_t done_ = nullptr;
-  bool descsInFlight_ = false;
   DeviceBuffer fusion_;
   DeviceBuffer scratch_;
   DeviceBuffer deviceDescs_;
   PinnedBuffer staging_;
-  PinnedBuffer hostDescs_;
+  DescSlot descSlots_[kDescSlots];
+  int nextDescSlot_ = 0;
+  std::shared_ptr<EventPool> doneEvents_;
+  std::shared_ptr<EventPool> timingEvents_;
 };
 
 class DeviceSet {

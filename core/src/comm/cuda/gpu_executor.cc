@@ -1,8 +1,8 @@
 #include "comm/cuda/gpu_executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "comm/cuda/check.h"
@@ -34,33 +34,113 @@ GpuExecutor::GpuExecutor(std::shared_ptr<DeviceSet> devices,
                      std::to_string(size));
 }
 
-void GpuExecutor::waitDone(int device) {
-  DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
-  cudaEvent_t done = ctx.recordDone();
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  for (;;) {
-    const cudaError_t err = cudaEventQuery(done);
-    if (err == cudaSuccess) return;
-    if (err != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      throw Internal("GPU work of a response failed on device " + std::to_string(device) + ": " +
-                     describe(err));
-    }
-    const auto waited = Clock::now() - start;
-    if (waited > timeout_) {
-      throw Timeout("GPU work of a response did not finish on device " + std::to_string(device) +
-                    " within KOLO_TIMEOUT (" + std::to_string(timeout_.count()) + " ms)");
-    }
-    // Spin briefly (the unpack kernel after a collective takes microseconds),
-    // then sleep in short steps.
-    if (waited < std::chrono::microseconds(200)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+GpuExecutor::~GpuExecutor() {
+  // Host functions still queued on a stream would signal a dead watcher:
+  // let every fence settle (the watcher bounds this by the timeout and
+  // aborts the communicator on a failure, so the stream drains), then wait
+  // for the streams themselves.
+  for (auto& [device, watcher] : watchers_) {
+    watcher->drain();
+    DeviceGuard guard(device);
+    (void)cudaStreamSynchronize(devices_->at(device).stream());
   }
+  watchers_.clear();
+}
+
+CompletionWatcher& GpuExecutor::watcher(int device) {
+  auto it = watchers_.find(device);
+  if (it != watchers_.end()) return *it->second;
+  CompletionWatcher::Options options;
+  options.what = std::string("GPU work (") + collectives_->name() + ") on cuda:" +
+                 std::to_string(device) + ", rank " + std::to_string(rank_) + " of " +
+                 std::to_string(size_);
+  options.timeout = timeout_;
+  options.check = [this] { return collectives_->asyncError(); };
+  options.onFailure = [this] { collectives_->abortAsync(); };
+  return *watchers_.emplace(device, std::make_unique<CompletionWatcher>(options))
+              .first->second;
+}
+
+void GpuExecutor::signalWatcher(void* watcher) {
+  static_cast<CompletionWatcher*>(watcher)->signal();
+}
+
+void GpuExecutor::beginResponse(int device, bool timed) {
+  timing_.reset();
+  if (timed) timing_ = std::make_shared<Timing>();
+  mark(device, GpuPhases::kStart);
+}
+
+void GpuExecutor::mark(int device, GpuPhases::Phase phase) {
+  if (timing_) timing_->events[phase] = devices_->at(device).record(/*timing=*/true);
+}
+
+GpuFence GpuExecutor::endResponse(int device) {
+  DeviceContext& ctx = devices_->at(device);
+  CompletionWatcher& w = watcher(device);
+  // A failure seen on the watcher ends the engine (the next response
+  // throws here), so nothing queues behind an aborted communicator.
+  w.failure().throwIfError();
+  GpuFence fence;
+  fence.device = device;
+  fence.doneEvent = ctx.record();
+  fence.timing = std::move(timing_);
+  fence.id = w.open();
+  try {
+    ctx.launchHostFunc(&GpuExecutor::signalWatcher, &w);
+  } catch (const std::exception& e) {
+    w.fail(statusFromException(e));
+    throw;
+  }
+  return fence;
+}
+
+void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
+  const int device = fence.device;
+  auto timing = std::static_pointer_cast<Timing>(fence.timing);
+  watcher(device).then(fence.id, [device, timing = std::move(timing), done = std::move(done)](
+                                     const Status& status, CompletionWatcher::Clock::time_point
+                                                               signalled) {
+    GpuPhases phases;
+    if (timing && status.ok()) {
+      // The signal ran right after the last phase: anchor the device's
+      // elapsed times there.
+      DeviceGuard guard(device);
+      const int64_t end = std::chrono::duration_cast<std::chrono::microseconds>(
+                              signalled.time_since_epoch())
+                              .count();
+      cudaEvent_t last = nullptr;
+      for (int p = GpuPhases::kCount - 1; p >= 0 && last == nullptr; --p) {
+        if (timing->events[p]) last = static_cast<cudaEvent_t>(timing->events[p].get());
+      }
+      phases.timed = true;
+      int64_t previous = end;
+      for (int p = 0; p < GpuPhases::kCount; ++p) {
+        float ms = 0;
+        if (timing->events[p] &&
+            cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(timing->events[p].get()), last) ==
+                cudaSuccess) {
+          previous = end - static_cast<int64_t>(ms * 1000.0f);
+        } else {
+          (void)cudaGetLastError();
+        }
+        phases.at[p] = p == 0 ? previous : std::max(previous, phases.at[p - 1]);
+      }
+    }
+    done(status, phases);
+  });
+}
+
+void GpuExecutor::abort(const Status& why) {
+  for (auto& [device, w] : watchers_) w->fail(why);
+}
+
+Status GpuExecutor::failure() const {
+  for (const auto& [device, w] : watchers_) {
+    Status s = w->failure();
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 void GpuExecutor::waitReady(int device, cudaEvent_t event) {
@@ -96,7 +176,7 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
     const DeviceTensor& t = tensors[0];
     buf = t.output;
     if (t.count > 0 && (t.input != t.output || !isCopy(pre))) {
-      ctx.batchedCopy({CopyDesc{t.input, t.output, t.count}}, dtype, pre);
+      ctx.copy(t.input, t.output, t.count, dtype, pre);
     }
   } else {
     buf = ctx.fusion(total * es);
@@ -111,13 +191,16 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
     packTransform.fillBits = neutralBits(dtype, op);
     ctx.batchedCopy(pack, dtype, packTransform);
   }
+  mark(device, GpuPhases::kPacked);
 
   collectives_->allreduce(buf, total, dtype, finish.backendOp);
+  mark(device, GpuPhases::kReduced);
 
   if (inPlace) {
     if (!isCopy(finish.transform) && total > 0) {
       ctx.batchedCopy({CopyDesc{buf, buf, total}}, dtype, finish.transform);
     }
+    mark(device, GpuPhases::kUnpacked);
     return;
   }
   std::vector<CopyDesc> unpack;
@@ -128,6 +211,7 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
     offset += t.count;
   }
   ctx.batchedCopy(unpack, dtype, finish.transform);
+  mark(device, GpuPhases::kUnpacked);
 }
 
 void GpuExecutor::broadcast(int device, const DeviceTensor& tensor, DataType dtype, int root) {
@@ -137,9 +221,10 @@ void GpuExecutor::broadcast(int device, const DeviceTensor& tensor, DataType dty
   void* buf = tensor.output;
   if (buf == nullptr) buf = ctx.scratch(tensor.count * es);  // a joined rank
   if (rank_ == root && tensor.input != nullptr && tensor.input != buf && tensor.count > 0) {
-    ctx.batchedCopy({CopyDesc{tensor.input, buf, tensor.count}}, dtype, CopyTransform{});
+    ctx.copy(tensor.input, buf, tensor.count, dtype, CopyTransform{});
   }
   collectives_->broadcast(buf, tensor.count, dtype, root);
+  mark(device, GpuPhases::kReduced);
 }
 
 void GpuExecutor::allgatherv(int device, const void* in, void* out,
@@ -152,6 +237,7 @@ void GpuExecutor::allgatherv(int device, const void* in, void* out,
     out = ctx.scratch(total * elementSize(dtype));
   }
   collectives_->allgatherv(in, out, counts, dtype);
+  mark(device, GpuPhases::kReduced);
 }
 
 void GpuExecutor::alltoallv(int device, const void* in, const std::vector<size_t>& sendCounts,
@@ -164,6 +250,7 @@ void GpuExecutor::alltoallv(int device, const void* in, const std::vector<size_t
     out = ctx.scratch(total * elementSize(dtype));
   }
   collectives_->alltoallv(in, sendCounts, out, recvCounts, dtype);
+  mark(device, GpuPhases::kReduced);
 }
 
 void GpuExecutor::reducescatter(int device, const void* in, void* out,
@@ -191,6 +278,7 @@ void GpuExecutor::reducescatter(int device, const void* in, void* out,
     in = scaled;
   }
   collectives_->reducescatter(in, out, counts, dtype, finish.backendOp);
+  mark(device, GpuPhases::kReduced);
   if (!isCopy(finish.transform) && mine > 0) {
     ctx.batchedCopy({CopyDesc{out, out, mine}}, dtype, finish.transform);
   }

@@ -9,24 +9,29 @@
 // Stream contract: everything runs on the device's comm stream
 // (DeviceSet). Inputs must be ready on that stream first: call waitReady()
 // with the producer's event (the LibTorch adapter records one on the
-// caller's current stream in the gradient hook). Outputs are ready when the
-// event from recordDone() has completed: consumers' streams wait on it
-// (cudaStreamWaitEvent) and the engine completes the handles after it (a
-// finalizer thread polling cudaEventQuery, or synchronize() on the loop
-// thread).
+// caller's current stream in the gradient hook). A response ends with
+// endResponse(): a done event for consumers' streams (cudaStreamWaitEvent)
+// and a host function on the stream that signals the device's
+// CompletionWatcher, whose thread then runs whenDone's callback. The host
+// never waits for the device on this path (staging over gloo/mpi does, for
+// its host copies); NCCL's asynchronous error and KOLO_TIMEOUT bound every
+// wait in the watcher, which aborts the communicator on either.
 //
 // Threading: loop thread only, every rank in the same response order (the
-// collectives inside are collective calls).
+// collectives inside are collective calls); whenDone callbacks on the
+// watcher's thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "comm/collectives.h"
+#include "common/completion_watcher.h"
 #include "comm/cuda/device_set.h"
 #include "comm/cuda/gpu_ops.h"
 #include "kolo/types.h"
@@ -37,10 +42,13 @@ class GpuExecutor final : public GpuOps {
  public:
   // collectives: built by comm::createGpuCollectives (nccl, or mpi/gloo
   // over pinned staging) on the same DeviceSet.
-  // timeout: how long waitDone() waits (KOLO_TIMEOUT).
+  // timeout: how long a response's GPU work may take (KOLO_TIMEOUT).
   GpuExecutor(std::shared_ptr<DeviceSet> devices, std::unique_ptr<comm::Collectives> collectives,
               int rank, int size,
               std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+  // Waits (bounded by the timeout) until the work of every fence settled
+  // and its callback ran, then stops the watchers.
+  ~GpuExecutor() override;
 
   const char* name() const override { return collectives_->name(); }
   comm::Collectives& collectives() { return *collectives_; }
@@ -71,11 +79,14 @@ class GpuExecutor final : public GpuOps {
                      DataType dtype, ReduceOp op, double prescale, double postscale) override;
 
   void* stream(int device) override { return devices_->at(device).stream(); }
-  // Event after everything enqueued on device's comm stream so far.
-  void* recordDone(int device) override { return devices_->at(device).recordDone(); }
-  // Blocks until device's comm stream is idle.
-  void synchronize(int device) override { devices_->at(device).synchronize(); }
-  void waitDone(int device) override;
+  void beginResponse(int device, bool timed) override;
+  void markReady(int device) override { mark(device, GpuPhases::kReady); }
+  GpuFence endResponse(int device) override;
+  void whenDone(const GpuFence& fence, Done done) override;
+  Status failure() const override;
+  void abort(const Status& why) override;
+  // Blocks until device's comm stream is idle (tests).
+  void synchronize(int device) { devices_->at(device).synchronize(); }
 
  private:
   // How a reduction with op finishes after the backend call.
@@ -84,6 +95,11 @@ class GpuExecutor final : public GpuOps {
     CopyTransform transform;  // applied to the reduced elements
   };
   Finish finishFor(DataType dtype, ReduceOp op, double postscale) const;
+  // Records phase's timing event when the current response is timed.
+  void mark(int device, GpuPhases::Phase phase);
+  CompletionWatcher& watcher(int device);
+  // The CUDA host function that signals a watcher (arg: the watcher).
+  static void signalWatcher(void* watcher);
 
   std::shared_ptr<DeviceSet> devices_;
   std::unique_ptr<comm::Collectives> collectives_;
@@ -91,6 +107,13 @@ class GpuExecutor final : public GpuOps {
   const int size_;
   const bool nativeAverage_;  // the backend reduces kAverage itself (ncclAvg)
   const std::chrono::milliseconds timeout_;
+  // The current response's phase events (timed responses only).
+  struct Timing {
+    std::shared_ptr<void> events[GpuPhases::kCount];
+  };
+  std::shared_ptr<Timing> timing_;
+  // One per device used; after collectives_ so they stop first.
+  std::map<int, std::unique_ptr<CompletionWatcher>> watchers_;
 };
 
 }  // namespace kolo::comm::cuda

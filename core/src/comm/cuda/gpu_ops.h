@@ -5,11 +5,20 @@
 // cuda::GpuExecutor (gpu_executor.h): read its header for the stream
 // contract. cudaEvent_t values travel as void*.
 //
-// Threading: loop thread only, every rank in the same response order.
+// A response is beginResponse, waitReady for each input, markReady, the
+// operation, endResponse: all of it only enqueues work on the device's comm
+// stream. whenDone then says when that work has finished.
+//
+// Threading: loop thread only, every rank in the same response order, but
+// failure() (any thread).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
+
+#include "kolo/error.h"
 
 #include "kolo/types.h"
 
@@ -21,6 +30,25 @@ struct DeviceTensor {
   const void* input = nullptr;
   void* output = nullptr;
   uint64_t count = 0;
+};
+
+// A response's GPU work once it is enqueued on the comm stream.
+struct GpuFence {
+  int device = -1;
+  uint64_t id = 0;  // the device's completion watcher's fence
+  // A cudaEventDisableTiming cudaEvent_t recorded after the work: a
+  // consumer stream waits on it (cudaStreamWaitEvent). Alive while held.
+  std::shared_ptr<void> doneEvent;
+  std::shared_ptr<void> timing;  // the executor's phase events (timed responses)
+};
+
+// When the phases of a timed response ran on the device (microseconds of
+// the steady clock, as timeline::Timeline::now()). A phase the response did
+// not have lasts zero.
+struct GpuPhases {
+  enum Phase { kStart, kReady, kPacked, kReduced, kUnpacked, kCount };
+  bool timed = false;
+  int64_t at[kCount] = {};
 };
 
 class GpuOps {
@@ -50,16 +78,27 @@ class GpuOps {
 
   // The comm stream (a cudaStream_t) of device: outputs are written there.
   virtual void* stream(int device) = 0;
-  // A cudaEvent_t after everything enqueued on device's comm stream so far
-  // (valid until the next call): outputs are ready once it completes.
-  virtual void* recordDone(int device) = 0;
-  // Blocks until device's comm stream is idle.
-  virtual void synchronize(int device) = 0;
-  // Records a done event after everything enqueued on device's comm stream
-  // and waits for it, polling (no cudaStreamSynchronize), at most the
-  // executor's timeout (KOLO_TIMEOUT): Timeout naming the device after
-  // that, Internal for a CUDA error (e.g. a faulting kernel).
-  virtual void waitDone(int device) = 0;
+
+  // Brackets one response: begin before its first call above (timed: record
+  // the phase boundaries for the timeline, GpuPhases), end after its last.
+  // end() enqueues the fence and returns at once: the host never waits for
+  // the device here.
+  virtual void beginResponse(int device, bool timed) = 0;
+  // The inputs' ready events are waited for (after waitReady calls).
+  virtual void markReady(int device) = 0;
+  virtual GpuFence endResponse(int device) = 0;
+  // Runs done once fence's work has finished (ok) or failed (an error from
+  // NCCL's asynchronous error check, a CUDA error, or Timeout after
+  // KOLO_TIMEOUT), on the device's completion thread; never on the caller's
+  // thread, never while an engine lock is held. Every fence gets exactly one
+  // whenDone, right after endResponse.
+  using Done = std::function<void(const Status&, const GpuPhases&)>;
+  virtual void whenDone(const GpuFence& fence, Done done) = 0;
+  // The first asynchronous failure of the GPU work, or ok (any thread).
+  virtual Status failure() const = 0;
+  // The engine failed for another reason: the work in flight stops (the
+  // communicator is aborted) and its fences fail with why.
+  virtual void abort(const Status& why) = 0;
 };
 
 }  // namespace kolo::comm::cuda

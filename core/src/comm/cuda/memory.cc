@@ -69,6 +69,39 @@ void* PinnedBuffer::data(size_t bytes) {
   return data_;
 }
 
+std::shared_ptr<EventPool> EventPool::create(int device, unsigned flags) {
+  return std::shared_ptr<EventPool>(new EventPool(device, flags));
+}
+
+EventPool::~EventPool() {
+  DeviceGuard guard(device_);
+  for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+}
+
+std::shared_ptr<void> EventPool::take() {
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      event = free_.back();
+      free_.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    DeviceGuard guard(device_);
+    KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&event, flags_));
+  }
+  return std::shared_ptr<void>(static_cast<void*>(event),
+                               [pool = shared_from_this()](void* e) {
+                                 pool->give(static_cast<cudaEvent_t>(e));
+                               });
+}
+
+void EventPool::give(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(event);
+}
+
 int deviceOf(const void* ptr) {
   if (ptr == nullptr) return -1;
   cudaPointerAttributes attr{};

@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -66,6 +69,32 @@ class PinnedBuffer {
  private:
   void* data_ = nullptr;
   size_t capacity_ = 0;
+};
+
+// CUDA events of one device and kind, reused: creating one per response
+// would cost a driver call each time. take() hands out an event as a
+// shared pointer (void* is the cudaEvent_t) that goes back to the pool when
+// the last copy is dropped, on any thread; the pool lives as long as any
+// event it handed out.
+class EventPool : public std::enable_shared_from_this<EventPool> {
+ public:
+  // flags: cudaEventCreateWithFlags's (cudaEventDisableTiming, or 0 for
+  // events that time phases).
+  static std::shared_ptr<EventPool> create(int device, unsigned flags);
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  std::shared_ptr<void> take();
+
+ private:
+  EventPool(int device, unsigned flags) : device_(device), flags_(flags) {}
+  void give(cudaEvent_t event);
+
+  const int device_;
+  const unsigned flags_;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;  // guarded by mu_
 };
 
 // The device a pointer's memory lives on, or -1 for host memory (pageable

@@ -57,6 +57,10 @@ Collectives::Collectives(const BackendArgs& args, std::shared_ptr<cuda::DeviceSe
 }
 
 Communicator& Collectives::bind(const char* what, const void* a, const void* b) {
+  // The buffers' device is checked when the communicator is made; after
+  // that the GPU path keeps a rank's tensors on that device (gpu_path.cc),
+  // so no driver call per collective.
+  if (comm_) return *comm_;
   int device = -1;
   for (const void* p : {a, b}) {
     if (p == nullptr) continue;
@@ -69,13 +73,6 @@ Communicator& Collectives::bind(const char* what, const void* a, const void* b) 
                        std::to_string(device) + " and " + std::to_string(d));
     device = d;
   }
-  if (comm_) {
-    KOLO_CHECK_ARG(device < 0 || device == comm_->device(),
-                   std::string("nccl ") + what + ": buffer on cuda:" + std::to_string(device) +
-                       " but this rank's communicator is on cuda:" +
-                       std::to_string(comm_->device()) + " (kolo uses one GPU per rank)");
-    return *comm_;
-  }
   if (!connectFailure_.empty()) {
     const std::string message = std::string("nccl ") + what +
                                 " failed: backend unusable after an earlier failure: " +
@@ -85,8 +82,9 @@ Communicator& Collectives::bind(const char* what, const void* a, const void* b) 
   }
   if (device < 0) KOLO_CUDA_CHECK(cudaGetDevice(&device));
   devices_->at(device);  // the comm stream exists before NCCL work is issued
+  std::unique_ptr<Communicator> comm;
   try {
-    comm_ = Communicator::connect(*store_, kUniqueIdKey, rank_, size_, device, timeout_);
+    comm = Communicator::connect(*store_, kUniqueIdKey, rank_, size_, device, timeout_);
   } catch (const Timeout& e) {
     connectFailure_ = e.what();
     connectTimedOut_ = true;
@@ -95,7 +93,19 @@ Communicator& Collectives::bind(const char* what, const void* a, const void* b) 
     connectFailure_ = e.what();
     throw;
   }
+  std::lock_guard<std::mutex> lock(commMu_);
+  comm_ = std::move(comm);
   return *comm_;
+}
+
+Status Collectives::asyncError() {
+  std::lock_guard<std::mutex> lock(commMu_);
+  return comm_ ? comm_->asyncError() : Status::Ok();
+}
+
+void Collectives::abortAsync() {
+  std::lock_guard<std::mutex> lock(commMu_);
+  if (comm_) comm_->abort();
 }
 
 void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ class Collectives final : public comm::Collectives {
   // The communicator's device; -1 before the first call.
   int device() const { return comm_ ? comm_->device() : -1; }
 
+  // Any thread (the completion watcher): the communicator's asynchronous
+  // error, and aborting it.
+  Status asyncError() override;
+  void abortAsync() override;
+
  private:
   // The communicator for the device of the given buffers (nullptr ignored),
   // connected on first use. Throws InvalidArgument for host memory or a
@@ -60,6 +66,7 @@ class Collectives final : public comm::Collectives {
   const int size_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<cuda::DeviceSet> devices_;
+  std::mutex commMu_;  // guards comm_ against the watcher's calls
   std::unique_ptr<Communicator> comm_;
   // Set when connecting failed: later calls fail at once (peers have given
   // up on this communicator too).

@@ -96,6 +96,11 @@ Communicator::~Communicator() {
 }
 
 void Communicator::abort() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  abortLocked();
+}
+
+void Communicator::abortLocked() noexcept {
   if (comm_ == nullptr) return;
   try {
     cuda::DeviceGuard guard(device_);
@@ -112,13 +117,29 @@ void Communicator::abort() noexcept {
 
 void Communicator::run(const char* what, cudaStream_t stream,
                        const std::function<ncclResult_t()>& issue) {
+  (void)stream;  // issue() names it; the work stays on it
+  std::lock_guard<std::mutex> lock(mu_);
   checkUsable(what);
   cuda::DeviceGuard guard(device_);
   const auto deadline = Clock::now() + timeout_;
   const ncclResult_t r = issue();
   if (r != ncclSuccess && r != ncclInProgress) fail(what, describe(r, comm_), false);
   waitIssued(what, deadline);
-  waitStream(what, stream, deadline);
+}
+
+Status Communicator::asyncError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_ && comm_ != nullptr) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) {
+      noteFailure("collective", "ncclCommGetAsyncError: " + describe(r, comm_), false);
+    } else if (state != ncclSuccess && state != ncclInProgress) {
+      noteFailure("collective", describe(state, comm_), false);
+    }
+  }
+  if (!failed_) return Status::Ok();
+  return Status{failedByTimeout_ ? ErrorCode::kTimeout : ErrorCode::kPeerFailure, failure_};
 }
 
 void Communicator::waitIssued(const char* what, Clock::time_point deadline) {
@@ -136,24 +157,6 @@ void Communicator::waitIssued(const char* what, Clock::time_point deadline) {
   }
 }
 
-void Communicator::waitStream(const char* what, cudaStream_t stream, Clock::time_point deadline) {
-  const auto start = Clock::now();
-  for (;;) {
-    const cudaError_t err = cudaStreamQuery(stream);
-    if (err == cudaSuccess) return;
-    if (err != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      fail(what, "CUDA error on the comm stream: " + cuda::describe(err), false);
-    }
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-    if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError: " + describe(r, comm_), false);
-    if (state != ncclSuccess && state != ncclInProgress) fail(what, describe(state, comm_), false);
-    if (Clock::now() > deadline) fail(what, "the collective did not complete", true);
-    backoff(Clock::now() - start);
-  }
-}
-
 void Communicator::checkUsable(const char* what) const {
   if (!failed_) return;
   const std::string message = std::string("nccl ") + what +
@@ -162,14 +165,18 @@ void Communicator::checkUsable(const char* what) const {
   throw PeerFailure(message);
 }
 
-void Communicator::fail(const char* what, const std::string& text, bool isTimeout) {
+void Communicator::noteFailure(const char* what, const std::string& text, bool isTimeout) {
   failure_ = std::string("nccl ") + what + " failed (" + rankText(rank_, size_) + ", device " +
              std::to_string(device_) + "): " + text;
   failedByTimeout_ = isTimeout;
   failed_ = true;
+}
+
+void Communicator::fail(const char* what, const std::string& text, bool isTimeout) {
+  noteFailure(what, text, isTimeout);
   // Abort so the kernels still waiting for a peer stop and the peers' own
   // communicators report the failure instead of hanging.
-  abort();
+  abortLocked();
   if (isTimeout) {
     throw Timeout(failure_ + " (timeout " + std::to_string(timeout_.count()) + " ms)");
   }

@@ -5,17 +5,20 @@
 // PeerFailure or Timeout is thrown.
 //
 // Threading: one thread drives a Communicator (the engine's background
-// thread); every rank calls run() in the same order.
+// thread); every rank calls run() in the same order. asyncError() and
+// abort() may come from any thread (the GPU path's completion watcher).
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "kolo/error.h"
 #include "kolo/store.h"
 
 namespace kolo::comm::nccl {
@@ -44,12 +47,19 @@ class Communicator {
 
   // Runs one collective named `what`: issue() makes the NCCL calls on stream
   // (a group when it is several) and returns the first non-success result.
-  // Returns once the stream is idle (so everything enqueued on it before is
-  // done too). Errors: PeerFailure("nccl allreduce failed: ...") or Timeout;
-  // after the first failure every later run() throws at once.
+  // Returns once NCCL has enqueued the work on stream, not when the work is
+  // done (asyncError() reports how that goes). Errors:
+  // PeerFailure("nccl allreduce failed: ...") or Timeout; after the first
+  // failure every later run() throws at once.
   void run(const char* what, cudaStream_t stream, const std::function<ncclResult_t()>& issue);
 
-  // Aborts now (e.g. the engine failed for another reason). Idempotent.
+  // NCCL's asynchronous error (a peer failed, a network error), as the
+  // status of the work in flight: ok while there is none. Records it, so the
+  // next run() throws it. Any thread; a host-side read, no CUDA call.
+  Status asyncError();
+
+  // Aborts now (e.g. the engine failed for another reason): kernels waiting
+  // for peers end. Idempotent. Any thread.
   void abort() noexcept;
 
  private:
@@ -60,10 +70,13 @@ class Communicator {
   // Until the communicator leaves ncclInProgress (a non-blocking call was
   // issued) or the deadline passes.
   void waitIssued(const char* what, Clock::time_point deadline);
-  void waitStream(const char* what, cudaStream_t stream, Clock::time_point deadline);
   void checkUsable(const char* what) const;
+  // Records the failure (mu_ held).
+  void noteFailure(const char* what, const std::string& text, bool isTimeout);
   [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
+  void abortLocked() noexcept;
 
+  mutable std::mutex mu_;  // guards comm_ and the failure fields
   ncclComm_t comm_;
   const int rank_;
   const int size_;

@@ -1,0 +1,160 @@
+#include "common/completion_watcher.h"
+
+#include <utility>
+#include <vector>
+
+namespace kolo {
+
+CompletionWatcher::CompletionWatcher(Options options) : options_(std::move(options)) {
+  thread_ = std::thread([this] { runWatcher(); });
+}
+
+CompletionWatcher::~CompletionWatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+uint64_t CompletionWatcher::open() {
+  std::lock_guard<std::mutex> lock(mu_);
+  fences_.push_back(Fence{Clock::now(), {}, {}});
+  return base_ + fences_.size();
+}
+
+void CompletionWatcher::then(uint64_t fence, Callback callback) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    KOLO_ENFORCE(fence > base_ && fence <= base_ + fences_.size() && !at(fence).callback,
+                 "completion watcher: fence " + std::to_string(fence) +
+                     " is not open or has a callback already");
+    at(fence).callback = std::move(callback);
+  }
+  cv_.notify_all();
+}
+
+void CompletionWatcher::signal() {
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // After a failure the device's work counts as failed, whatever ends.
+    if (failure_.ok() && !stopping_ && signalled_ >= base_ &&
+        signalled_ < base_ + fences_.size()) {
+      ++signalled_;
+      at(signalled_).signalled = now;
+    }
+  }
+  cv_.notify_all();
+}
+
+void CompletionWatcher::fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  cv_.notify_all();
+}
+
+void CompletionWatcher::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t last = base_ + fences_.size();
+  drained_.wait(lock, [&] {
+    // Every fence up to last settled: reached or failed, and its callback
+    // (if any was attached) ran.
+    const bool reached = signalled_ >= last || !failure_.ok();
+    bool callbacksRan = !running_;
+    for (uint64_t n = base_ + 1; n <= last && callbacksRan; ++n) {
+      if (at(n).callback) callbacksRan = false;
+    }
+    return reached && callbacksRan;
+  });
+}
+
+size_t CompletionWatcher::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.ok()) return 0;
+  return static_cast<size_t>(base_ + fences_.size() - signalled_);
+}
+
+Status CompletionWatcher::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void CompletionWatcher::runWatcher() {
+  bool failureHandled = false;
+  auto nextCheck = Clock::now() + options_.checkInterval;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Settle the front fences whose outcome is known and whose callback is
+    // attached, in order (a fence whose callback is not attached yet holds
+    // back the ones after it: then() comes right after open()).
+    std::vector<std::pair<Callback, Clock::time_point>> ok;
+    std::vector<Callback> failed;
+    while (!fences_.empty()) {
+      Fence& f = fences_.front();
+      const bool reached = base_ + 1 <= signalled_;
+      if (!reached && failure_.ok() && !stopping_) break;  // still on the device
+      if (!f.callback && !stopping_) break;  // its then() is on its way
+      if (f.callback) {
+        if (reached) {
+          ok.emplace_back(std::move(f.callback), f.signalled);
+        } else {
+          failed.push_back(std::move(f.callback));
+        }
+      }
+      fences_.pop_front();
+      ++base_;
+    }
+    const Status failure = failure_;
+    const bool failNow = !failure.ok() && !failureHandled;
+    if (!ok.empty() || !failed.empty() || failNow) {
+      running_ = true;
+      lock.unlock();
+      if (failNow && options_.onFailure) options_.onFailure();
+      for (auto& [callback, at] : ok) callback(Status::Ok(), at);
+      const Status why = failure.ok() ? Status{ErrorCode::kShutdown,
+                                               options_.what +
+                                                   ": the engine stopped before this work "
+                                                   "completed"}
+                                      : failure;
+      for (auto& callback : failed) callback(why, Clock::time_point{});
+      lock.lock();
+      running_ = false;
+      if (failNow) failureHandled = true;
+      drained_.notify_all();
+      continue;  // more may have settled meanwhile
+    }
+    drained_.notify_all();
+    if (stopping_ && fences_.empty()) return;
+    if (stopping_) continue;  // settles the rest as failed on the next pass
+    const bool open = failure_.ok() && signalled_ < base_ + fences_.size();
+    if (!open) {
+      cv_.wait(lock);
+      nextCheck = Clock::now() + options_.checkInterval;
+      continue;
+    }
+    cv_.wait_until(lock, nextCheck);
+    const auto now = Clock::now();
+    if (now < nextCheck || !failure_.ok()) continue;
+    nextCheck = now + options_.checkInterval;
+    // The oldest fence not yet reached bounds the wait.
+    const uint64_t oldest = signalled_ + 1;
+    Status problem;
+    if (oldest > base_ && oldest <= base_ + fences_.size() &&
+        now - at(oldest).opened > options_.timeout) {
+      problem = Status{ErrorCode::kTimeout,
+                       options_.what + " did not complete within KOLO_TIMEOUT (" +
+                           std::to_string(options_.timeout.count()) + " ms)"};
+    } else if (options_.check) {
+      lock.unlock();
+      problem = options_.check();
+      lock.lock();
+    }
+    if (!problem.ok() && failure_.ok()) failure_ = problem;
+  }
+}
+
+}  // namespace kolo

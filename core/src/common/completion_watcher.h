@@ -1,0 +1,108 @@
+// CompletionWatcher: completes work that a device finishes in order (the
+// responses on one GPU's comm stream) without polling the device.
+//
+// The producer (the engine's loop thread) opens a fence after enqueuing a
+// response's device work and asks the device to call signal() once it gets
+// there (for CUDA: cudaLaunchHostFunc on the comm stream right after the
+// work). It then attaches what must happen at completion with then(); the
+// watcher's own thread runs it once the fence is signalled. Device work
+// ends in order, so a signal covers every earlier fence too.
+//
+// Nothing here polls the device. While fences are open the watcher thread
+// wakes every checkInterval to call the health check (NCCL's asynchronous
+// error: a host-side read) and to enforce the timeout; an error from either
+// fails every open fence and every later one, after calling onFailure
+// (which aborts the communicator so the device's kernels end).
+//
+// CUDA-free so that its logic is tested in every build.
+//
+// Threading: open() and then() from one producer thread; signal() from any
+// thread (a CUDA host callback: it must not call CUDA, and it only locks
+// and notifies); callbacks run on the watcher thread, or on the caller of
+// then() when the fence is already settled, never under the watcher's lock.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kolo/error.h"
+
+namespace kolo {
+
+class CompletionWatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // status: ok, or why the fence's work failed; signalled: when the device
+  // reached the fence (the time its signal() ran; Clock::time_point{} when
+  // it failed first).
+  using Callback = std::function<void(const Status& status, Clock::time_point signalled)>;
+
+  struct Options {
+    std::string what = "device";  // for messages: "GPU work on cuda:0"
+    // How long a fence may stay open before it fails with Timeout.
+    std::chrono::milliseconds timeout{60000};
+    // How often the health check runs while fences are open.
+    std::chrono::milliseconds checkInterval{100};
+    // Returns an error when the device's work failed (ok otherwise).
+    std::function<Status()> check;
+    // Called once, on the watcher thread, when a fence fails: stop the
+    // device's outstanding work so later fences settle too.
+    std::function<void()> onFailure;
+  };
+
+  explicit CompletionWatcher(Options options);
+  // Settles what is still attached: callbacks of signalled fences with ok,
+  // the others with ShutdownError. The caller makes sure no signal() comes
+  // after this (drain(), then synchronise the device).
+  ~CompletionWatcher();
+  CompletionWatcher(const CompletionWatcher&) = delete;
+  CompletionWatcher& operator=(const CompletionWatcher&) = delete;
+
+  // A new fence, after every earlier one. Producer thread.
+  uint64_t open();
+  // What runs once fence settles; at most once per fence. Producer thread.
+  void then(uint64_t fence, Callback callback);
+  // The device reached the next fence. Any thread; only locks and notifies.
+  void signal();
+  // Fails every open and future fence with status. Any thread.
+  void fail(const Status& status);
+  // Blocks until every fence opened so far was signalled or failed, and
+  // every attached callback ran. Bounded by the timeout: a fence that stays
+  // open fails. Any thread but the watcher's.
+  void drain();
+
+  // Fences opened and not yet signalled or failed.
+  size_t pending() const;
+  // The first failure, or ok.
+  Status failure() const;
+
+ private:
+  struct Fence {
+    Clock::time_point opened;
+    Clock::time_point signalled{};  // Clock::time_point{}: not yet
+    Callback callback;
+  };
+  void runWatcher();
+  // The fence numbered n (base_ < n <= base_ + fences_.size()).
+  Fence& at(uint64_t n) { return fences_[static_cast<size_t>(n - base_ - 1)]; }
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the watcher thread
+  std::condition_variable drained_;  // wakes drain()
+  std::deque<Fence> fences_;  // guarded by mu_: fences base_+1 .. base_+size, oldest first
+  uint64_t base_ = 0;         // guarded by mu_: fences up to here are settled and gone
+  uint64_t signalled_ = 0;    // guarded by mu_: fences up to here reached the device
+  bool running_ = false;      // guarded by mu_: the watcher runs callbacks right now
+  Status failure_;            // guarded by mu_: set once
+  bool stopping_ = false;     // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace kolo

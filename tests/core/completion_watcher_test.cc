@@ -1,0 +1,296 @@
+// The GPU path's completion logic without a GPU: CompletionWatcher (fences
+// a device passes in order, signalled from another thread as a CUDA host
+// function would) and the two-stage handles of CUDA operations. Every wait
+// is bounded by an event with a generous limit, never by a tight sleep.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/completion_watcher.h"
+#include "engine/handle_state.h"
+#include "kolo/engine.h"
+
+namespace kolo {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = CompletionWatcher::Clock;
+
+// Bounds every wait of these tests: far above what a loaded machine needs.
+constexpr auto kLimit = 30s;
+
+// What the callbacks saw, in the order they ran.
+struct Record {
+  std::mutex mu;
+  std::vector<std::pair<int, Status>> calls;
+  std::vector<std::thread::id> threads;
+  std::vector<Clock::time_point> signalled;
+
+  CompletionWatcher::Callback callback(int tag) {
+    return [this, tag](const Status& s, Clock::time_point at) {
+      std::lock_guard<std::mutex> lock(mu);
+      calls.emplace_back(tag, s);
+      threads.push_back(std::this_thread::get_id());
+      signalled.push_back(at);
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return calls.size();
+  }
+};
+
+// Waits until pred() holds, at most kLimit; false on time-out.
+template <typename Pred>
+bool eventually(Pred pred) {
+  const auto deadline = Clock::now() + kLimit;
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+CompletionWatcher::Options quietOptions() {
+  CompletionWatcher::Options o;
+  o.what = "GPU work on cuda:0";
+  o.timeout = std::chrono::milliseconds(std::chrono::minutes(10));
+  o.checkInterval = 20ms;
+  return o;
+}
+
+TEST(CompletionWatcher, CallbacksRunInFenceOrderOnItsOwnThread) {
+  Record rec;
+  {
+    CompletionWatcher w(quietOptions());
+    std::vector<uint64_t> fences;
+    for (int i = 0; i < 3; ++i) {
+      fences.push_back(w.open());
+      w.then(fences.back(), rec.callback(i));
+    }
+    EXPECT_EQ(fences, (std::vector<uint64_t>{1, 2, 3}));
+    EXPECT_EQ(w.pending(), 3u);
+    // The device passes the fences from another thread (a CUDA host function).
+    std::thread device([&] {
+      for (int i = 0; i < 3; ++i) w.signal();
+    });
+    device.join();
+    ASSERT_TRUE(eventually([&] { return rec.size() == 3; }));
+    EXPECT_EQ(w.pending(), 0u);
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rec.calls[i].first, i);
+    EXPECT_TRUE(rec.calls[i].second.ok()) << rec.calls[i].second.message;
+    EXPECT_NE(rec.threads[i], std::this_thread::get_id());
+    EXPECT_NE(rec.signalled[i], Clock::time_point{});
+  }
+}
+
+TEST(CompletionWatcher, AFenceSignalledBeforeItsCallbackCompletesWhenAttached) {
+  Record rec;
+  CompletionWatcher w(quietOptions());
+  const uint64_t a = w.open();
+  const uint64_t b = w.open();
+  w.signal();
+  w.signal();  // the GPU was faster than the loop thread
+  w.then(a, rec.callback(1));
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  // A later fence waits for its callback; nothing is lost meanwhile.
+  w.then(b, rec.callback(2));
+  ASSERT_TRUE(eventually([&] { return rec.size() == 2; }));
+  EXPECT_TRUE(rec.calls[1].second.ok());
+}
+
+TEST(CompletionWatcher, OnlyReachedFencesComplete) {
+  Record rec;
+  CompletionWatcher w(quietOptions());
+  for (int i = 0; i < 3; ++i) w.then(w.open(), rec.callback(i));
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  // No signal for the others: they stay pending (a generous moment).
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(rec.size(), 1u);
+  EXPECT_EQ(w.pending(), 2u);
+  w.signal();
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 3; }));
+}
+
+TEST(CompletionWatcher, TimeoutFailsOpenFencesNamingTheWorkAndStopsTheDevice) {
+  std::atomic<int> aborted{0};
+  auto options = quietOptions();
+  options.timeout = 100ms;
+  options.onFailure = [&] { ++aborted; };
+  Record rec;
+  CompletionWatcher w(options);
+  w.then(w.open(), rec.callback(1));
+  w.signal();  // the first one made it
+  w.then(w.open(), rec.callback(2));
+  w.then(w.open(), rec.callback(3));
+  ASSERT_TRUE(eventually([&] { return rec.size() == 3; }));
+  EXPECT_TRUE(rec.calls[0].second.ok());
+  for (int i : {1, 2}) {
+    EXPECT_EQ(rec.calls[i].second.code, ErrorCode::kTimeout);
+    EXPECT_NE(rec.calls[i].second.message.find("GPU work on cuda:0"), std::string::npos)
+        << rec.calls[i].second.message;
+    EXPECT_NE(rec.calls[i].second.message.find("KOLO_TIMEOUT"), std::string::npos);
+  }
+  EXPECT_EQ(aborted.load(), 1);
+  EXPECT_EQ(w.failure().code, ErrorCode::kTimeout);
+  // After a failure every fence fails at once, and late signals change nothing.
+  w.signal();
+  w.then(w.open(), rec.callback(4));
+  ASSERT_TRUE(eventually([&] { return rec.size() == 4; }));
+  EXPECT_EQ(rec.calls[3].second.code, ErrorCode::kTimeout);
+  EXPECT_EQ(aborted.load(), 1);
+}
+
+TEST(CompletionWatcher, AsynchronousErrorFailsTheWorkInFlight) {
+  std::atomic<bool> broken{false};
+  std::atomic<int> aborted{0};
+  auto options = quietOptions();
+  options.check = [&] {
+    return broken ? Status{ErrorCode::kPeerFailure, "nccl collective failed: remote process exited"}
+                  : Status::Ok();
+  };
+  options.onFailure = [&] { ++aborted; };
+  Record rec;
+  CompletionWatcher w(options);
+  w.then(w.open(), rec.callback(1));
+  w.then(w.open(), rec.callback(2));
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  broken = true;  // a peer died: NCCL reports it asynchronously
+  ASSERT_TRUE(eventually([&] { return rec.size() == 2; }));
+  EXPECT_TRUE(rec.calls[0].second.ok());
+  EXPECT_EQ(rec.calls[1].second.code, ErrorCode::kPeerFailure);
+  EXPECT_NE(rec.calls[1].second.message.find("remote process exited"), std::string::npos);
+  EXPECT_EQ(aborted.load(), 1);
+}
+
+TEST(CompletionWatcher, ChecksOnlyWhileWorkIsOpenAndNeverSpins) {
+  std::atomic<int> checks{0};
+  auto options = quietOptions();
+  options.checkInterval = 50ms;
+  options.check = [&] {
+    ++checks;
+    return Status::Ok();
+  };
+  CompletionWatcher w(options);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(checks.load(), 0) << "the watcher woke up with nothing to watch";
+  Record rec;
+  w.then(w.open(), rec.callback(1));
+  ASSERT_TRUE(eventually([&] { return checks.load() >= 2; }));
+  const auto start = Clock::now();
+  const int before = checks.load();
+  std::this_thread::sleep_for(250ms);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // At most one check per interval (plus slack for a late wake-up): a
+  // polling loop would make thousands.
+  EXPECT_LE(checks.load() - before, static_cast<int>(seconds / 0.05) + 2);
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+}
+
+TEST(CompletionWatcher, FailFromOutsideEndsEverythingOpen) {
+  std::atomic<int> aborted{0};
+  auto options = quietOptions();
+  options.onFailure = [&] { ++aborted; };
+  Record rec;
+  CompletionWatcher w(options);
+  w.then(w.open(), rec.callback(1));
+  w.fail(Status{ErrorCode::kPeerFailure, "rank 1: killed"});
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  EXPECT_EQ(rec.calls[0].second.message, "rank 1: killed");
+  EXPECT_EQ(aborted.load(), 1);
+}
+
+TEST(CompletionWatcher, DrainWaitsUntilTheDeviceGotThereAndTheCallbacksRan) {
+  Record rec;
+  CompletionWatcher w(quietOptions());
+  w.then(w.open(), rec.callback(1));
+  w.then(w.open(), rec.callback(2));
+  std::promise<void> draining;
+  std::thread device([&] {
+    draining.get_future().wait();
+    w.signal();
+    w.signal();
+  });
+  auto drained = std::async(std::launch::async, [&] {
+    draining.set_value();
+    w.drain();
+    return rec.size();
+  });
+  ASSERT_EQ(drained.wait_for(kLimit), std::future_status::ready);
+  EXPECT_EQ(drained.get(), 2u);
+  device.join();
+}
+
+TEST(CompletionWatcher, DestroyingItSettlesWhatNeverRanWithShutdown) {
+  Record rec;
+  {
+    CompletionWatcher w(quietOptions());
+    w.then(w.open(), rec.callback(1));
+    w.signal();
+    w.then(w.open(), rec.callback(2));
+  }
+  ASSERT_EQ(rec.size(), 2u);
+  EXPECT_TRUE(rec.calls[0].second.ok());
+  EXPECT_EQ(rec.calls[1].second.code, ErrorCode::kShutdown);
+}
+
+TEST(CompletionWatcher, ThenOnAFenceThatIsNotOpenIsAnError) {
+  CompletionWatcher w(quietOptions());
+  EXPECT_THROW(w.then(7, [](const Status&, Clock::time_point) {}), Internal);
+  const uint64_t f = w.open();
+  w.then(f, [](const Status&, Clock::time_point) {});
+  EXPECT_THROW(w.then(f, [](const Status&, Clock::time_point) {}), Internal);
+  w.signal();
+  w.drain();
+}
+
+// ---- two-stage handles (what the GPU path gives the caller) ---------------
+
+TEST(TwoStageHandle, EnqueuedHandsOutTheDoneEventBeforeTheWorkIsDone) {
+  auto state = std::make_shared<HandleState>();
+  Handle h(state);
+  int token = 0;  // stands for the cudaEvent_t
+  auto event = std::shared_ptr<void>(&token, [](void*) {});
+  EXPECT_FALSE(h.enqueued());
+  std::thread loop([&] {
+    state->markEnqueued(event);
+    state->wake();
+  });
+  EXPECT_EQ(h.waitEnqueued(), &token);
+  loop.join();
+  EXPECT_TRUE(h.enqueued());
+  EXPECT_FALSE(h.poll()) << "enqueued is not done";
+  std::thread watcher([&] {
+    state->finish(Status::Ok());
+    state->wake();
+  });
+  ASSERT_TRUE(h.waitFor(kLimit));
+  watcher.join();
+  // Done: nothing left to wait for on any stream.
+  EXPECT_EQ(h.waitEnqueued(), nullptr);
+  EXPECT_NO_THROW(h.wait());
+}
+
+TEST(TwoStageHandle, AFailureBeforeTheWorkWasEnqueuedThrowsThere) {
+  auto state = std::make_shared<HandleState>();
+  Handle h(state);
+  state->finish(Status{ErrorCode::kMismatch, "'g': rank 1 sent float32[3], rank 0 float32[4]"});
+  state->wake();
+  EXPECT_TRUE(h.enqueued());
+  EXPECT_THROW(h.waitEnqueued(), Mismatch);
+}
+
+}  // namespace
+}  // namespace kolo
