@@ -155,7 +155,11 @@ def ray_datasets(data_dir):
 def trainer_class():
     """Ray Train's DataParallelTrainer: V2 (Ray's default), or V1 under
     RAY_TRAIN_V2_ENABLED=0."""
-    from ray.train.v2._internal.constants import is_v2_enabled
+    try:
+        from ray.train.v2._internal.constants import is_v2_enabled
+    except ImportError:  # a Ray before Train V2
+        def is_v2_enabled():
+            return False
     if is_v2_enabled():
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     else:

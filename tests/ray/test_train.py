@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 if __name__ != "__main__":
     # This process runs Train V2 (Ray's default); the V1 test's child process
@@ -258,6 +259,40 @@ def test_train_v2(ray_cluster, tmp_path, size):
         check_result(second, size, epochs=6, resumed_at=3)
     else:
         check_result(fit(DataParallelTrainer, size, 4, tmp_path, "np3"), size, 4, 0)
+
+
+def failing_loop(config):
+    import kolo.torch as hvd
+
+    hvd.init()
+    hvd.allreduce(torch.ones(2), name="warm")
+    if hvd.rank() == 1:
+        with open(config["stamp"], "w") as f:
+            f.write(repr(time.time()))
+        raise ValueError("rank 1 gives up")
+    hvd.allreduce(torch.ones(2), name="never")  # rank 1 never submits this
+    time.sleep(3600)
+
+
+@pytest.mark.timeout_s(FIT_TIMEOUT_S)
+def test_failing_rank_ends_the_fit(ray_cluster, tmp_path):
+    """One rank raising ends the fit with its error, without waiting for
+    kolo's timeout in the rank it left blocked in an allreduce."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    timeout_s = 240
+    stamp = str(tmp_path / "failed_at")
+    trainer = DataParallelTrainer(
+        failing_loop, train_loop_config={"stamp": stamp},
+        backend_config=KoloConfig(timeout_s=timeout_s),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="fails", storage_path=str(tmp_path)))
+    with pytest.raises(Exception, match="rank 1 gives up") as raised:
+        trainer.fit()
+    with open(stamp) as f:
+        after_failure = time.time() - float(f.read())
+    assert after_failure < timeout_s / 3, (after_failure, raised.value)
 
 
 @pytest.mark.timeout_s(FIT_TIMEOUT_S)
