@@ -137,9 +137,9 @@ def _select_cuda_device():
     yield
 
 
-def _where_am_i():
-    """Runs in a worker: the node it is on."""
-    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+def _node_address():
+    """Runs in a worker: the address of the node it is on."""
+    return ray.util.get_node_ip_address()
 
 
 def _free_port():
@@ -208,9 +208,9 @@ class KoloBackend(Backend):
         # Ray Train numbers the workers of a node by node address (V2) or node
         # id (V1); the two differ only for several Ray nodes on one address,
         # i.e. on one host, which is what kolo's local ranks describe.
-        where = worker_group.execute(_where_am_i)
-        ranks = layout([addr for _node_id, addr in where])
-        addr = where[0][1]
+        nodes = worker_group.execute(_node_address)
+        ranks = layout(nodes)
+        addr = nodes[0]
         port = worker_group.execute_single(0, _free_port) if size > 1 else 0
         secret = secrets.token_hex(32)
 
@@ -241,7 +241,13 @@ class KoloBackend(Backend):
         if not_ready:
             logger.warning("kolo: %d of %d workers did not shut down their engine within %s s",
                            len(not_ready), len(pending), backend_config.shutdown_timeout_s)
-        ray.get(ready)
+        for ref in ready:
+            # After a failed rank the others' engines report it again here;
+            # the training error itself reaches fit() through Ray Train.
+            try:
+                ray.get(ref)
+            except Exception as error:  # noqa: BLE001
+                logger.warning("kolo: a worker's engine shut down with an error: %s", error)
 
 
 def _config_env(config: KoloConfig) -> Dict[str, str]:
