@@ -22,6 +22,9 @@ def test_exception_hierarchy():
     assert issubclass(hvd.KoloError, RuntimeError)
     assert issubclass(hvd.KoloInternalError, hvd.KoloError)
     assert issubclass(hvd.KoloMismatchError, RuntimeError)
+    # Horovod scripts catch bad arguments and cross-rank disagreements about
+    # them as ValueError.
+    assert issubclass(hvd.KoloMismatchError, ValueError)
     assert issubclass(hvd.KoloInvalidArgumentError, ValueError)
     assert issubclass(hvd.KoloInvalidArgumentError, RuntimeError)
     assert hvd.KoloInternalError is kolo.KoloInternalError
@@ -55,6 +58,30 @@ def test_root_mismatch_fails_on_every_rank():
     with pytest.raises(hvd.KoloMismatchError, match="err.root"):
         hvd.broadcast(torch.ones(3), root, name="err.root")
     engine_still_works("err.root.after")
+
+
+def test_uneven_alltoall_without_splits_is_a_value_error_on_every_rank():
+    if hvd.size() == 1:
+        pytest.skip("one rank takes any number of rows")
+    # size + 1 rows cannot be split evenly among size ranks (no splits given).
+    rows = hvd.size() + 1
+    with pytest.raises(ValueError, match="err.a2a.uneven") as info:
+        hvd.alltoall(torch.ones(rows, 2), name="err.a2a.uneven")
+    assert isinstance(info.value, kolo.KoloError)
+    engine_still_works("err.a2a.uneven.after")
+
+
+def test_mismatch_is_catchable_as_value_error():
+    if hvd.size() == 1:
+        pytest.skip("a mismatch needs two ranks")
+    t = torch.ones(3 + hvd.rank())
+    try:
+        hvd.allreduce(t, op=hvd.Sum, name="err.valueerror")
+    except ValueError as e:
+        assert "err.valueerror" in str(e)
+    else:
+        raise AssertionError("a shape mismatch was not raised as ValueError")
+    engine_still_works("err.valueerror.after")
 
 
 def test_async_error_surfaces_at_synchronize():

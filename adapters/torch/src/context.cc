@@ -25,7 +25,8 @@ bool TensorHandle::poll() const { return bodyOf(body_).handle.enqueued(); }
 at::Tensor TensorHandle::wait() const {
   // CUDA: the caller's stream waits for the GPU work (not the host); the
   // engine keeps the tensors alive until that work is done (entry.onDone).
-  compat::waitOnCurrentStream(bodyOf(body_).handle, body_->input.device());
+  const HandleBody& body = bodyOf(body_);
+  compat::waitOnCurrentStream(body.handle, body.input.device());
   std::lock_guard<std::mutex> lock(body_->mu);
   if (!body_->finished) {
     // Memory the engine allocated on its comm stream is now used on the

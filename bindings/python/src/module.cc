@@ -17,7 +17,7 @@ namespace kolo::python {
 struct ErrorClasses {
   PyObject* base = nullptr;             // KoloError(RuntimeError)
   PyObject* internal = nullptr;         // KoloInternalError(KoloError)
-  PyObject* mismatch = nullptr;         // KoloMismatchError(KoloError)
+  PyObject* mismatch = nullptr;         // KoloMismatchError(KoloError, ValueError)
   PyObject* invalidArgument = nullptr;  // KoloInvalidArgumentError(KoloError, ValueError)
 };
 static ErrorClasses errors;  // filled once at import
@@ -37,9 +37,12 @@ void registerErrors(py::module_& m) {
       m, "KoloInternalError", py::make_tuple(py::handle(errors.base)),
       "The job cannot go on: a peer failed or timed out, or kolo was shut down "
       "(the counterpart of horovod's HorovodInternalError).");
-  errors.mismatch =
-      newError(m, "KoloMismatchError", py::make_tuple(py::handle(errors.base)),
-               "Ranks submitted incompatible requests for one tensor name.");
+  // As in Horovod, where these arrive as ValueError: a script that catches
+  // bad arguments catches a disagreement between ranks about them too.
+  errors.mismatch = newError(
+      m, "KoloMismatchError",
+      py::make_tuple(py::handle(errors.base), py::handle(PyExc_ValueError)),
+      "Ranks submitted incompatible requests for one tensor name (also a ValueError).");
   errors.invalidArgument = newError(
       m, "KoloInvalidArgumentError",
       py::make_tuple(py::handle(errors.base), py::handle(PyExc_ValueError)),
@@ -133,4 +136,5 @@ PYBIND11_MODULE(_kolo, m) {
   kolo::python::bindProcess(m);
   kolo::python::bindOps(m);
   kolo::python::bindElastic(m);
+  kolo::python::bindStore(m);
 }

@@ -15,6 +15,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings.h"
 #include "kolo/config.h"
 #include "kolo/elastic_world.h"
 #include "kolo/error.h"

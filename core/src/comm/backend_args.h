@@ -1,6 +1,7 @@
 // What a backend factory gets to build its control channel or collectives.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,13 @@ struct BackendArgs {
   // rank and size are within the set). Empty: identity is the whole job.
   // Backends that address processes by their job-wide name (MPI) need it.
   std::vector<int> worldRanks = {};
+  // A broadcast over the set's control plane (bytes from root to every
+  // rank), for backends that bootstrap out of band (NCCL's unique id):
+  // under mpirun without a rendezvous address the store is private to each
+  // process. Callable on the engine's loop thread at a point every member
+  // reaches in the same order (the set's first response of that plane).
+  // Empty: the backend uses store.
+  std::function<void(std::vector<char>& bytes, int root)> broadcast = {};
 };
 
 }  // namespace kolo::comm

@@ -182,10 +182,14 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     // under "gpu/" beside the CPU data plane's keys.
     GpuPath::Factory gpu;
     if (KOLO_WITH_CUDA) {
-      gpu = [&config = ctx.config, &identity = set->identity, dataArgs] {
-        return comm::createGpuOps(config.gpuOperations,
-                                  comm::BackendArgs{config, identity, dataArgs.store,
-                                                    dataArgs.localAddress, dataArgs.worldRanks});
+      gpu = [&config = ctx.config, &identity = set->identity, dataArgs,
+             controller = set->controller.get()] {
+        comm::BackendArgs args{config, identity, dataArgs.store, dataArgs.localAddress,
+                               dataArgs.worldRanks};
+        args.broadcast = [controller](std::vector<char>& bytes, int root) {
+          controller->channel().broadcast(bytes, root);
+        };
+        return comm::createGpuOps(config.gpuOperations, args);
       };
     }
     set->executor = std::make_unique<Executor>(

@@ -48,6 +48,7 @@ Collectives::Collectives(const BackendArgs& args, std::shared_ptr<cuda::DeviceSe
       rank_(args.identity.rank),
       size_(args.identity.size),
       store_(args.store),
+      broadcast_(args.broadcast),
       devices_(std::move(devices)) {
   KOLO_CHECK_ARG(size_ >= 1 && rank_ >= 0 && rank_ < size_,
                  "nccl: bad identity rank " + std::to_string(rank_) + " of size " +
@@ -84,7 +85,8 @@ Communicator& Collectives::bind(const char* what, const void* a, const void* b) 
   devices_->at(device);  // the comm stream exists before NCCL work is issued
   std::unique_ptr<Communicator> comm;
   try {
-    comm = Communicator::connect(*store_, kUniqueIdKey, rank_, size_, device, timeout_);
+    comm = Communicator::connect(*store_, kUniqueIdKey, rank_, size_, device, timeout_,
+                                 broadcast_);
   } catch (const Timeout& e) {
     connectFailure_ = e.what();
     connectTimedOut_ = true;

@@ -18,6 +18,7 @@
 // bad counts.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,7 @@ class Collectives final : public comm::Collectives {
   const int rank_;
   const int size_;
   std::shared_ptr<Store> store_;
+  std::function<void(std::vector<char>&, int)> broadcast_;  // BackendArgs::broadcast
   std::shared_ptr<cuda::DeviceSet> devices_;
   std::mutex commMu_;  // guards comm_ against the watcher's calls
   std::unique_ptr<Communicator> comm_;

@@ -30,9 +30,10 @@ void backoff(Clock::duration waited) {
   std::this_thread::sleep_for(waited < 100ms ? 20us : 100us);
 }
 
-std::unique_ptr<Communicator> Communicator::connect(Store& store, const std::string& key,
-                                                    int rank, int size, int device,
-                                                    std::chrono::milliseconds timeout) {
+std::unique_ptr<Communicator> Communicator::connect(
+    Store& store, const std::string& key, int rank, int size, int device,
+    std::chrono::milliseconds timeout,
+    const std::function<void(std::vector<char>&, int)>& broadcast) {
   KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
                  "nccl: bad identity rank " + std::to_string(rank) + " of size " +
                      std::to_string(size));
@@ -41,21 +42,26 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, const std::str
   const std::string who = "nccl connect (" + rankText(rank, size) + ", device " +
                           std::to_string(device) + ", store key '" + key + "')";
   ncclUniqueId id;
+  std::vector<char> bytes;
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) throw PeerFailure(who + " failed: ncclGetUniqueId: " + describe(r));
-    store.set(key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    bytes.assign(id.internal, id.internal + sizeof(id.internal));
+  }
+  if (broadcast) {
+    broadcast(bytes, 0);
+  } else if (rank == 0) {
+    store.set(key, bytes);
   } else {
-    std::vector<char> bytes;
     try {
       bytes = store.get(key, timeout);
     } catch (const Timeout& e) {
       throw Timeout(who + " failed: rank 0 did not publish the NCCL id: " + e.what());
     }
-    KOLO_ENFORCE(bytes.size() == sizeof(id.internal),
-                 who + ": NCCL id of " + std::to_string(bytes.size()) + " bytes");
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
+  KOLO_ENFORCE(bytes.size() == sizeof(id.internal),
+               who + ": NCCL id of " + std::to_string(bytes.size()) + " bytes");
+  std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
 
   cuda::DeviceGuard guard(device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -26,13 +27,15 @@ namespace kolo::comm::nccl {
 class Communicator {
  public:
   // Collective over all `size` ranks: rank 0 creates the NCCL unique id and
-  // publishes it in store under key; the others read it (bounded by
-  // timeout). Then every rank joins the communicator on device. Throws
-  // Timeout when a peer does not show up in time, PeerFailure when NCCL
-  // fails, InvalidArgument for a bad rank/size/device.
-  static std::unique_ptr<Communicator> connect(Store& store, const std::string& key, int rank,
-                                               int size, int device,
-                                               std::chrono::milliseconds timeout);
+  // hands it to the others through broadcast when given (the control
+  // plane), else by publishing it in store under key for them to read
+  // (bounded by timeout). Then every rank joins the communicator on device.
+  // Throws Timeout when a peer does not show up in time, PeerFailure when
+  // NCCL fails, InvalidArgument for a bad rank/size/device.
+  static std::unique_ptr<Communicator> connect(
+      Store& store, const std::string& key, int rank, int size, int device,
+      std::chrono::milliseconds timeout,
+      const std::function<void(std::vector<char>&, int)>& broadcast = {});
 
   // Finalizes (flushes) and destroys the communicator, aborting it instead
   // when finalizing fails or takes longer than the timeout.
