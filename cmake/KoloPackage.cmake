@@ -37,3 +37,12 @@ endif()
 if(TARGET kolo_python)
   kolo_install_rpath(kolo_python ${KOLO_PYTHON_PACKAGE_INSTALL_DIR})
 endif()
+
+# Every shared object kolo installs exports kolo's API only
+# (cmake/KoloExports.cmake).
+kolo_export_api(kolo_core)
+foreach(target kolo_torch kolo_python)
+  if(TARGET ${target})
+    kolo_export_api(${target})
+  endif()
+endforeach()

@@ -11,7 +11,9 @@
 #   2. with PYTHON (the interpreter the kolo package was built for): the
 #      installed package imported from the prefix by tests/package/smoke.py
 #      (allreduce, a few training steps) as a 2-rank job under the installed
-#      kolorun.
+#      kolorun;
+#   3. every shared object installed (libkolo_*, the Python module) exports
+#      kolo's API only (check_exports.sh).
 # Prints "install: ok" when every step passed.
 set -euo pipefail
 build_dir=$1
@@ -36,4 +38,7 @@ if [ -n "$python" ]; then
   "${clean_env[@]}" PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1 KOLO_EXPECT_DIR="$site" \
     "$prefix/bin/kolorun" -np 2 --timeout-seconds 120 "$python" "$source_dir/smoke.py"
 fi
+
+echo "== exported symbols of every installed shared object"
+"$source_dir/check_exports.sh" "$prefix"
 echo "install: ok"

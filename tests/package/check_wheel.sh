@@ -13,7 +13,9 @@
 #      wheel with pip;
 #   3. its own `kolorun` (the script pip put on its PATH) runs
 #      tests/package/smoke.py on 2 ranks with a clean environment;
-#   4. an interpreter with another torch (/usr/bin/python3 with Debian's, if
+#   4. every shared object in the installed package exports kolo's API
+#      only (check_exports.sh);
+#   5. an interpreter with another torch (/usr/bin/python3 with Debian's, if
 #      its version differs) importing that kolo must fail at import with an
 #      ImportError naming both versions and the reinstall command.
 # Extra CMake options for the wheel build: CMAKE_ARGS (read by
@@ -63,6 +65,9 @@ env -i PATH="$scratch/v2/bin:/usr/local/bin:/usr/bin:/bin" HOME="$scratch" \
   PYTHONDONTWRITEBYTECODE=1 KOLO_TIMEOUT=60 KOLO_EXPECT_DIR="$site2" \
   "$scratch/v2/bin/kolorun" -np 2 --timeout-seconds 120 \
   "$scratch/v2/bin/python" "$source_dir/tests/package/smoke.py"
+
+echo "== exported symbols of every shared object in $site2/kolo"
+"$source_dir/tests/package/check_exports.sh" "$site2/kolo"
 
 other=/usr/bin/python3
 built=$("$scratch/v2/bin/python" -c 'import torch; print(torch.__version__)')
