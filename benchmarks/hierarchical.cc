@@ -24,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <numeric>

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <exception>
 #include <system_error>
 
 #include "options.h"

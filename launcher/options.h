@@ -2,6 +2,7 @@
 // tuning flags mapped to the KOLO_* variables workers read.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>

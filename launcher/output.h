@@ -3,6 +3,7 @@
 // mix mid-line. Single-threaded: the job loop owns every forwarder.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>

@@ -1,3 +1,5 @@
+#include <cstddef>
+
 #include "remote.h"
 
 #include "usage_error.h"

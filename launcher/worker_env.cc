@@ -1,5 +1,6 @@
 #include "worker_env.h"
 
+#include <cstddef>
 #include <map>
 
 extern char** environ;

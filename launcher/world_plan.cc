@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <map>
+#include <utility>
 
 namespace kolo::launcher {
 namespace {

@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist iproute2 procps
   clang libclang-rt-14-dev
+  clang-16 libc++-16-dev libc++abi-16-dev iwyu
 )
 
 missing=()

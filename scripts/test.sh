@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds kolo and runs the whole test suite:
+# Installs what is missing, checks that every file includes the standard
+# headers it uses (scripts/include-check.sh: Clang 16 with libc++, and
+# include-what-you-use), builds kolo and runs the whole test suite:
 # the default build against Debian's LibTorch 1.13 (every test label), then
 # the build against pip's torch 2.11 with CUDA and NCCL (the other end of
 # the supported range), then the in-process suite under
@@ -7,8 +9,8 @@
 # every fuzz target. Exits non-zero on any failure.
 #
 #   scripts/test.sh              # everything
-#   KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 KOLO_SKIP_TORCH2=1 scripts/test.sh   # just the default build
-#   KOLO_SKIP_DEFAULT=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just torch 2.11
+#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 KOLO_SKIP_TORCH2=1 scripts/test.sh   # just the default build
+#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_DEFAULT=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just torch 2.11
 #
 # The torch 2.11 stage keeps its venv (about 4.6 GB) in $KOLO_CACHE_DIR
 # (default: .cache/ in the checkout, git-ignored), made once by
@@ -35,6 +37,15 @@ if command -v ccache >/dev/null; then
   export CCACHE_DIR=${CCACHE_DIR:-$cache_dir/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
             -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
+# Portability first (minutes, no build): GCC 12's libstdc++ is not the
+# only standard library kolo must compile with.
+if [ "${KOLO_SKIP_INCLUDE_CHECK:-0}" != "1" ]; then
+  stage_start=$SECONDS
+  echo "== include check (clang 16 + libc++, include-what-you-use)"
+  scripts/include-check.sh
+  stage_done "include check" "$stage_start"
 fi
 
 # Tests run two at a time (ctest -j): most of them wait on sockets,

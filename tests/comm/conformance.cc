@@ -1,5 +1,6 @@
 #include "comm/conformance.h"
 
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 

@@ -6,6 +6,7 @@
 // error (the first root cause, as in conformance.cc) or none.
 #include <mpi.h>
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>

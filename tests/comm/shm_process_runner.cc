@@ -8,9 +8,11 @@
 #include <mpi.h>
 #include <stdlib.h>
 
+#include <exception>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "comm/conformance.h"

@@ -2,6 +2,7 @@
 // names, groups and join, observed through real engines and their counters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 

@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <tuple>
 

@@ -6,6 +6,7 @@
 
 #include <spdlog/sinks/null_sink.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>

@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <signal.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <regex>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -2,6 +2,7 @@
 // shell commands and output splitting. No processes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "hosts.h"

@@ -8,7 +8,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>

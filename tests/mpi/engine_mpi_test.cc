@@ -8,6 +8,7 @@
 // kolo must use it and leave finalising to the application.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <string>
 
 #include "kolo/error.h"

@@ -13,11 +13,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops_util.h"

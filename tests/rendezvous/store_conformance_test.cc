@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <thread>

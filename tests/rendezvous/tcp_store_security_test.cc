@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <future>
+#include <system_error>
 #include <thread>
 
 #include "kolo/error.h"

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "kolo/error.h"

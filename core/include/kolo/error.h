@@ -3,8 +3,10 @@
 // a Status value and are re-thrown as the matching exception by wait().
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kolo {
 

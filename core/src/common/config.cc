@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "kolo/build_config.h"
 #include "kolo/error.h"

@@ -1,6 +1,8 @@
 #include "common/logging.h"
 
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>

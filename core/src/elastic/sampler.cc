@@ -1,7 +1,9 @@
 // kolo::elastic::ElasticSampler (kolo/elastic.h).
 #include <algorithm>
+#include <exception>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "kolo/elastic.h"
 #include "kolo/error.h"

@@ -1,4 +1,6 @@
 // kolo::elastic::State, run() and the process-level queries (kolo/elastic.h).
+#include <utility>
+
 #include "elastic/worker_client.h"
 #include "kolo/elastic.h"
 #include "kolo/kolo.h"

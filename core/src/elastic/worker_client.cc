@@ -1,6 +1,7 @@
 #include "elastic/worker_client.h"
 
 #include <chrono>
+#include <utility>
 
 #include "kolo/error.h"
 #include "kolo/tcp_store.h"

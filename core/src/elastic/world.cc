@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "engine/failure.h"
 #include "kolo/elastic_world.h"

@@ -1,6 +1,8 @@
 #include "negotiation/controller.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "execution/fusion.h"
 #include "wire/wire.h"

@@ -1,8 +1,11 @@
 #include "negotiation/stall_inspector.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
+#include <utility>
 
 #include "kolo/error.h"
 

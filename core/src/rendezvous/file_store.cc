@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "kolo/error.h"
 #include "kolo/store.h"

@@ -12,9 +12,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <list>
 #include <optional>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "kolo/error.h"
 #include "kolo/tcp_store.h"

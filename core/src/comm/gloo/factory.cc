@@ -1,3 +1,5 @@
+#include <utility>
+
 #include "comm/gloo/factory.h"
 
 #include "comm/gloo/collectives.h"

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "kolo/error.h"
 

@@ -1,6 +1,7 @@
 #include "comm/mpi/control_channel.h"
 
 #include <climits>
+#include <cstddef>
 #include <string>
 #include <utility>
 

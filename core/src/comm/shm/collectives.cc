@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "comm/shm/copy.h"
 #include "execution/reduce.h"

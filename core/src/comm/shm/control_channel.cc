@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "comm/shm/copy.h"
 #include "kolo/error.h"

@@ -1,3 +1,5 @@
+#include <utility>
+
 #include "comm/shm/factory.h"
 
 #include "comm/shm/collectives.h"

@@ -7,10 +7,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <iterator>
 #include <new>
 #include <thread>
 #include <utility>

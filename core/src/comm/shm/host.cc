@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include "kolo/error.h"
 

@@ -12,6 +12,7 @@
 // any group (a process set is not described by the job's local rank/size).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 

@@ -12,8 +12,10 @@
 #include <array>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "kolo/error.h"
 #include "common/ranks_text.h"
