@@ -88,6 +88,35 @@ inline std::shared_ptr<void> recordReady(const at::Tensor& tensor) {
   return nullptr;
 }
 
+// recordReady for a producer that submits one tensor at a time and waits
+// for each submission to be enqueued before the next (a DistributedOptimizer
+// gradient slot): one event, re-recorded, instead of creating and
+// destroying a CUDA event per gradient per step. Re-recording is safe once
+// the engine has enqueued the previous operation: its comm stream waited on
+// the event then. record() returns the cudaEvent_t, nullptr for CPU tensors.
+class ReadyEvent {
+ public:
+  void* record(const at::Tensor& tensor) {
+#if KOLO_TORCH_WITH_CUDA
+    if (tensor.is_cuda()) {
+      if (!event_ || event_->device_index() != tensor.get_device()) {
+        event_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+      }
+      event_->record(c10::cuda::getCurrentCUDAStream(tensor.get_device()));
+      return static_cast<void*>(event_->event());
+    }
+#else
+    (void)tensor;
+#endif
+    return nullptr;
+  }
+
+ private:
+#if KOLO_TORCH_WITH_CUDA
+  std::unique_ptr<at::cuda::CUDAEvent> event_;
+#endif
+};
+
 // at::empty(shape, options), for a CUDA tensor under stream (a cudaStream_t
 // from kolo::outputAllocationStream(); nullptr: the current stream), so the
 // caching allocator ties the memory to the stream that writes it.

@@ -31,7 +31,7 @@ struct DistributedOptimizer::State {
     bool submitted = false;  // allreduce enqueued for this step
     at::Tensor send;         // the allreduce's input, alive until synchronize
     at::Tensor buffer;       // the allreduce's output, reused across steps
-    std::shared_ptr<void> ready;  // CUDA: send's ready event, alive until synchronize
+    compat::ReadyEvent ready;  // CUDA: send's ready event, re-recorded each step
     Handle handle;
     // A sparse gradient travels as two allgathers (indices, values).
     bool sparse = false;
@@ -107,8 +107,9 @@ struct DistributedOptimizer::State {
     }
     // Recorded on the current stream: in the hook, autograd's stream that
     // produced the gradient; in synchronize(), the caller's.
-    s.ready = compat::recordReady(s.send);
-    entry.readyEvent = s.ready.get();
+    // Each submission is enqueued (synchronize() waits for that) before the
+    // slot's next one re-records the event.
+    entry.readyEvent = s.ready.record(s.send);
     request.name = s.requestName;
     request.op = OpType::kAllreduce;
     detail::describeTensor(s.send, detail::what("allreduce", request.name), request);
