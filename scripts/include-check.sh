@@ -77,6 +77,9 @@ optional ostream queue random ratio regex scoped_allocator set shared_mutex sstr
 stdexcept streambuf string string_view system_error thread tuple type_traits typeindex
 typeinfo unordered_map unordered_set utility valarray variant vector""".split())
 # iwyu reasons that are template plumbing, not names the code uses.
+# Names the standard declares in several headers: any of them will do.
+ANY_OF = {"size_t": {"cstddef", "cstdio", "cstdlib", "cstring", "ctime", "cwchar"},
+          "FILE": {"cstdio", "cwchar"}}
 NOISE = {"ratio", "milli", "micro", "nano", "declval", "allocator", "char_traits",
          "remove_reference", "initializer_list"}
 
@@ -181,7 +184,8 @@ def run_iwyu(u):
         names = [n.strip() for n in (m.group(2) or "").split(",")]
         names = [n for n in names
                  if n and "<>" not in n and not n.startswith("__") and n not in NOISE]
-        if names and header not in provided(current, dirs, set()):
+        have = provided(current, dirs, set()) if names else set()
+        if names and header not in have and not all(ANY_OF.get(n, set()) & have for n in names):
             missing.append((os.path.relpath(current, root),
                             "#include <%s> missing (for %s)" % (header, ", ".join(names))))
     return missing
