@@ -84,6 +84,9 @@ struct Engine::Impl {
   void gpuEventsOnLoop();
   // Applies a process set change of set 0's response r (every rank, same point).
   void changeProcessSetOnLoop(const Response& r);
+  // Closes ops' timeline spans, frees their names for new operations and
+  // publishes the counters (the first part of ending them).
+  void releaseOnLoop(ProcessSetState& set, const std::vector<PendingMap::iterator>& ops);
   // Ends ops (entries of set.pending) with status: frees their names,
   // publishes the counters once, runs their callbacks, wakes their waiters
   // and drops them from pending.

@@ -348,16 +348,8 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
   auto done = std::make_shared<GpuCompletion>();
   done->onDone.reserve(ops.size());
   done->handles.reserve(ops.size());
-  std::vector<const std::string*> names;
-  names.reserve(ops.size());
-  const int64_t ts = timeline ? timeline::Timeline::now() : 0;
-  for (const auto& it : ops) {
-    if (timeline && it->second.traced) traceCloseOnLoop(it->second, ts);
-    names.push_back(&it->first);
-  }
   // Negotiation is over for them: their names are free for the next step.
-  queue.release(set.id, names);
-  publishStatsOnLoop();
+  releaseOnLoop(set, ops);
   for (const auto& it : ops) {
     done->names.push_back(it->first);
     done->onDone.push_back(std::move(it->second.entry.onDone));
@@ -429,10 +421,8 @@ void Engine::Impl::gpuEventsOnLoop() {
   failure.throwIfError();
 }
 
-void Engine::Impl::completeOnLoop(ProcessSetState& set,
-                                  const std::vector<PendingMap::iterator>& ops,
-                                  const Status& status) {
-  if (ops.empty()) return;
+void Engine::Impl::releaseOnLoop(ProcessSetState& set,
+                                 const std::vector<PendingMap::iterator>& ops) {
   std::vector<const std::string*> names;
   names.reserve(ops.size());
   const int64_t ts = timeline ? timeline::Timeline::now() : 0;
@@ -440,10 +430,17 @@ void Engine::Impl::completeOnLoop(ProcessSetState& set,
     if (timeline && it->second.traced) traceCloseOnLoop(it->second, ts);
     names.push_back(&it->first);
   }
-  // Names are free again before anyone wakes, so a waiter may reuse them.
   queue.release(set.id, names);
   // Whoever waits on these handles sees counters that include their work.
   publishStatsOnLoop();
+}
+
+void Engine::Impl::completeOnLoop(ProcessSetState& set,
+                                  const std::vector<PendingMap::iterator>& ops,
+                                  const Status& status) {
+  if (ops.empty()) return;
+  // Names are free again before anyone wakes, so a waiter may reuse them.
+  releaseOnLoop(set, ops);
   std::vector<std::shared_ptr<HandleState>> handles;
   handles.reserve(ops.size());
   for (const auto& it : ops) {
