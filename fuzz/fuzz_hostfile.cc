@@ -1,6 +1,7 @@
 // libFuzzer target: the launcher's host parsers (hosts.h). Contract: any text
 // either parses or throws launcher::UsageError; a parsed list has hosts with
 // positive slots that assignRanks can place ranks on.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

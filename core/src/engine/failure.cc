@@ -1,5 +1,6 @@
 #include "engine/failure.h"
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 

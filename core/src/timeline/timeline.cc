@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <utility>
 
 namespace kolo::timeline {
 
