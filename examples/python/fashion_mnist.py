@@ -59,45 +59,35 @@ def load(data_dir, kind):
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64, help="per rank")
-    parser.add_argument("--lr", type=float, default=1e-3, help="scaled by the number of ranks")
-    parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--fp16-allreduce", action="store_true")
-    parser.add_argument("--device", choices=["cpu", "cuda"],
-                        help="default: cuda:local_rank when CUDA is available, else cpu")
-    args = parser.parse_args()
-
-    torch.set_num_threads(1)  # one core per rank; kolo's thread needs the rest
-    hvd.init()
+def train(epochs, batch_size, lr, data, device, compression=hvd.Compression.none,
+          progress=False, on_epoch=None):
+    """Trains Net on this rank's shard of Fashion-MNIST (hvd.init() done) and
+    returns one dict per epoch (loss, accuracy, images_per_s, seconds: the
+    job's). progress: rank 0 prints every 100 batches; on_epoch(dict) is
+    called on every rank after each epoch. examples/ray/fashion_mnist.py
+    runs this same loop in Ray actors."""
     rank, size = hvd.rank(), hvd.size()
     torch.manual_seed(1234)
-    use_cuda = args.device == "cuda" or (args.device is None and torch.cuda.is_available())
-    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
-
-    train_x, train_y = load(args.data, "train")
-    test_x, test_y = load(args.data, "t10k")
-    test_x, test_y = test_x[rank::size], test_y[rank::size]
+    train_x, train_y = load(data, "train")
+    test_x, test_y = load(data, "t10k")
+    test_x, test_y = test_x[rank::size].to(device), test_y[rank::size].to(device)
     train_x, train_y = train_x.to(device), train_y.to(device)
-    test_x, test_y = test_x.to(device), test_y.to(device)
 
     model = Net().to(device)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr * size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr * size)
     optimizer = hvd.DistributedOptimizer(
-        optimizer, named_parameters=model.named_parameters(),
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+        optimizer, named_parameters=model.named_parameters(), compression=compression)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     per_rank = len(train_x) // size
-    batches_per_epoch = (per_rank + args.batch_size - 1) // args.batch_size
-    if rank == 0:
+    batches_per_epoch = (per_rank + batch_size - 1) // batch_size
+    if progress and rank == 0:
         print("Fashion-MNIST: %d training images, %d ranks, batch %d per rank, on %s"
-              % (len(train_x), size, args.batch_size, device), flush=True)
+              % (len(train_x), size, batch_size, device), flush=True)
 
-    for epoch in range(1, args.epochs + 1):
+    history = []
+    for epoch in range(1, epochs + 1):
         model.train()
         # Same permutation on every rank (seeded by epoch); each takes a shard.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(epoch))
@@ -105,14 +95,14 @@ def main():
         start = time.time()
         loss_sum, images = 0.0, 0
         for b in range(batches_per_epoch):
-            idx = shard[b * args.batch_size:(b + 1) * args.batch_size].to(device)
+            idx = shard[b * batch_size:(b + 1) * batch_size].to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             loss.backward()
             optimizer.step()
             loss_sum += loss.item()
             images += len(idx)
-            if rank == 0 and (b + 1) % 100 == 0:
+            if progress and rank == 0 and (b + 1) % 100 == 0:
                 print("  epoch %d: %d/%d batches, loss %.4f"
                       % (epoch, b + 1, batches_per_epoch, loss_sum / (b + 1)), flush=True)
         seconds = time.time() - start
@@ -127,11 +117,38 @@ def main():
                           for i in range(0, len(test_x), 1000))
         counts = hvd.allreduce(torch.tensor([correct, len(test_x)]), op=hvd.Sum,
                                name="test.counts")
-        accuracy = counts[0].item() / counts[1].item()
-        if rank == 0:
-            print("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f images/s (%.1f s)"
-                  % (epoch, mean_loss, 100.0 * accuracy, all_images / seconds, seconds),
-                  flush=True)
+        history.append({"epoch": epoch, "loss": mean_loss,
+                        "accuracy": counts[0].item() / counts[1].item(),
+                        "images_per_s": all_images / seconds, "seconds": seconds})
+        if on_epoch is not None:
+            on_epoch(history[-1])
+    return history
+
+
+def report(h):
+    print("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f images/s (%.1f s)"
+          % (h["epoch"], h["loss"], 100.0 * h["accuracy"], h["images_per_s"], h["seconds"]),
+          flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank")
+    parser.add_argument("--lr", type=float, default=1e-3, help="scaled by the number of ranks")
+    parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        help="default: cuda:local_rank when CUDA is available, else cpu")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # one core per rank; kolo's thread needs the rest
+    hvd.init()
+    use_cuda = args.device == "cuda" or (args.device is None and torch.cuda.is_available())
+    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
+    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+    train(args.epochs, args.batch_size, args.lr, args.data, device, compression, progress=True,
+          on_epoch=report if hvd.rank() == 0 else None)
     hvd.shutdown()
 
 

@@ -13,11 +13,9 @@ examples/python/fashion_mnist.py) and the kolo package on PYTHONPATH.
 import argparse
 import os
 import sys
-import time
 
 import ray
 import torch
-import torch.nn.functional as F
 
 from kolo.ray import RayExecutor
 
@@ -26,54 +24,13 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def train(epochs, batch_size, lr, data, use_cuda):
     sys.path.insert(0, EXAMPLES)
-    import fashion_mnist as fm     # examples/python/fashion_mnist.py: Net, load
+    import fashion_mnist as fm     # examples/python/fashion_mnist.py: the training loop
     import kolo.torch as hvd
 
     torch.set_num_threads(1)
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    torch.manual_seed(1234)
     device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
-    train_x, train_y = fm.load(data, "train")
-    test_x, test_y = fm.load(data, "t10k")
-    test_x, test_y = test_x[rank::size].to(device), test_y[rank::size].to(device)
-    train_x, train_y = train_x.to(device), train_y.to(device)
-
-    model = fm.Net().to(device)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr * size)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-
-    per_rank = len(train_x) // size
-    batches = (per_rank + batch_size - 1) // batch_size
-    history = []
-    for epoch in range(1, epochs + 1):
-        model.train()
-        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(epoch))
-        shard = order[rank * per_rank:(rank + 1) * per_rank]
-        start = time.time()
-        loss_sum, images = 0.0, 0
-        for b in range(batches):
-            idx = shard[b * batch_size:(b + 1) * batch_size].to(device)
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.item()
-            images += len(idx)
-        seconds = time.time() - start
-        mean_loss = hvd.allreduce(torch.tensor(loss_sum / max(batches, 1)), name="epoch.loss").item()
-        all_images = hvd.allreduce(torch.tensor(float(images)), op=hvd.Sum, name="epoch.images").item()
-        model.eval()
-        with torch.no_grad():
-            correct = sum(int((model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum())
-                          for i in range(0, len(test_x), 1000))
-        counts = hvd.allreduce(torch.tensor([correct, len(test_x)]), op=hvd.Sum, name="test.counts")
-        history.append({"epoch": epoch, "loss": mean_loss,
-                        "accuracy": counts[0].item() / counts[1].item(),
-                        "images_per_s": all_images / seconds, "seconds": seconds})
-    return history
+    return fm.train(epochs, batch_size, lr, data, device)
 
 
 def main():
@@ -102,10 +59,10 @@ def main():
                                             args.use_gpu])
     finally:
         executor.shutdown()
+    sys.path.insert(0, EXAMPLES)
+    import fashion_mnist as fm
     for h in results[0]:
-        print("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f images/s (%.1f s)"
-              % (h["epoch"], h["loss"], 100.0 * h["accuracy"], h["images_per_s"], h["seconds"]),
-              flush=True)
+        fm.report(h)
 
 
 if __name__ == "__main__":

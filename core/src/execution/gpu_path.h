@@ -47,8 +47,6 @@ class GpuPath {
   comm::cuda::GpuFence execute(const Response& r, const std::vector<PendingOp*>& ops, bool timed);
   // Calls done once fence's work finished or failed (GpuOps::whenDone).
   void whenDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done);
-  // The first asynchronous failure of the GPU work, or ok.
-  Status failure() const { return gpu_ ? gpu_->failure() : Status::Ok(); }
   // GpuOps::abort, when the GPU path exists.
   void abort(const Status& why) {
     if (gpu_) gpu_->abort(why);

@@ -135,14 +135,6 @@ void GpuExecutor::abort(const Status& why) {
   for (auto& [device, w] : watchers_) w->fail(why);
 }
 
-Status GpuExecutor::failure() const {
-  for (const auto& [device, w] : watchers_) {
-    Status s = w->failure();
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
-}
-
 void GpuExecutor::waitReady(int device, cudaEvent_t event) {
   DeviceContext& ctx = devices_->at(device);
   DeviceGuard guard(device);

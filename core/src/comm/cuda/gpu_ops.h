@@ -9,8 +9,7 @@
 // operation, endResponse: all of it only enqueues work on the device's comm
 // stream. whenDone then says when that work has finished.
 //
-// Threading: loop thread only, every rank in the same response order, but
-// failure() (any thread).
+// Threading: loop thread only, every rank in the same response order.
 #pragma once
 
 #include <cstdint>
@@ -94,8 +93,6 @@ class GpuOps {
   // whenDone, right after endResponse.
   using Done = std::function<void(const Status&, const GpuPhases&)>;
   virtual void whenDone(const GpuFence& fence, Done done) = 0;
-  // The first asynchronous failure of the GPU work, or ok (any thread).
-  virtual Status failure() const = 0;
   // The engine failed for another reason: the work in flight stops (the
   // communicator is aborted) and its fences fail with why.
   virtual void abort(const Status& why) = 0;
