@@ -29,14 +29,15 @@ namespace kolo {
 /// installed a handler of its own, and a std::terminate handler is installed
 /// that tells the other ranks why this one died before chaining to the
 /// previous handler. In a worker of kolorun's elastic driver it waits for the
-/// first world that lists this worker. Any thread, but not concurrently with
-/// shutdown() (they serialize on one lock).
+/// first world that lists this worker. Any thread; init() and shutdown()
+/// serialize on one lock.
 void init(std::vector<std::vector<int>> processSets = {});
 
 /// Shuts the default engine down (idempotent): tells the other ranks, fails
 /// this rank's pending operations with ShutdownError and joins the engine's
 /// background thread. init() may be called again. References returned by
-/// defaultEngine() dangle afterwards.
+/// defaultEngine() dangle afterwards. Not from a completion callback (the
+/// engine's background thread, which it joins).
 void shutdown();
 
 /// True between init() and shutdown(). Never throws.

@@ -18,8 +18,8 @@
 namespace kolo {
 
 /// Serves one job's store over TCP from a background thread, until
-/// destroyed. kolorun hosts one for each job; under torchrun rank 0 does
-/// (kolo::init()).
+/// destroyed. kolorun hosts one for each job; where the launcher hosts none
+/// (torchrun, Slurm) kolo::init() on rank 0 does.
 class TcpStoreServer {
  public:
   /// Listens on host:port (port 0 picks a free port; host "" or "0.0.0.0"
