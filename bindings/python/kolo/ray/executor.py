@@ -20,6 +20,7 @@ from kolo.ray import placement
 from kolo.ray.worker import KoloWorker
 
 ray = require_ray()
+"""The ray module (ImportError naming the install command when missing)."""
 
 # Variables of the driver's environment handed to the workers (tuning and
 # logging; never the identity of the driver's own job, if it has one).
@@ -279,6 +280,7 @@ class RayExecutor:
         return out
 
     def describe(self, rank):
+        """"rank R (node IP, pid P)": how errors name a started worker."""
         info = self._infos[rank]
         return "rank %d (node %s, pid %d)" % (rank, info["ip"], info["pid"])
 
