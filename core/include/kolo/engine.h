@@ -26,6 +26,7 @@ namespace kolo {
 struct Request {
   /// The key ranks match requests by: the same operation has the same name
   /// on every rank of the set; one name may be in flight only once per set.
+  /// Not empty; names starting with "kolo." are reserved.
   std::string name;
   OpType op = OpType::kAllreduce;        ///< Which collective.
   DataType dtype = DataType::kFloat32;   ///< Element type of input (and output).

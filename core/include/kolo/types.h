@@ -33,8 +33,9 @@ enum class ReduceOp : uint8_t {
   kMin = 2,      ///< Elementwise minimum.
   kMax = 3,      ///< Elementwise maximum.
   kProduct = 4,  ///< Elementwise product.
-  /// Adaptive summation (Maleki et al., MLSys 2021): floating types only;
-  /// see execution/adasum.h. Never reaches a backend.
+  /// Adaptive summation (Maleki et al., MLSys 2021): allreduce of floating
+  /// types on the CPU only (InvalidArgument otherwise); see
+  /// execution/adasum.h. Never reaches a backend.
   kAdasum = 5,
 };
 /// Number of ReduceOp values.

@@ -80,7 +80,8 @@ inline constexpr ReduceOp Min = ReduceOp::kMin;
 inline constexpr ReduceOp Max = ReduceOp::kMax;
 /// Elementwise product over ranks.
 inline constexpr ReduceOp Product = ReduceOp::kProduct;
-/// Adaptive summation (floating types, allreduce only): see README "Adasum".
+/// Adaptive summation (floating types, allreduce only; CPU tensors only for
+/// now, CUDA ones throw InvalidArgument): see README "Adasum".
 inline constexpr ReduceOp Adasum = ReduceOp::kAdasum;
 
 /// (name, tensor) pairs, as Module::named_parameters() lists them; names

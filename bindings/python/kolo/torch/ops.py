@@ -37,7 +37,7 @@ Product = ReduceOp.Product
 """Elementwise product over the ranks."""
 Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (see README "Adasum")
 """Adaptive summation (Maleki et al.): for allreduce of floating-point
-tensors only."""
+tensors on the CPU only (CUDA tensors raise KoloInvalidArgumentError)."""
 
 
 def _name(name):
@@ -270,8 +270,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     Raises:
         ValueError: op and average both given, or op is not a ReduceOp.
         KoloInvalidArgumentError: (a ValueError) the tensor is rejected
-            (undefined, sparse, an unsupported dtype or device), this rank
-            is not in process_set, or the name is in flight already.
+            (undefined, sparse, an unsupported dtype or device, Average or
+            scale factors on bool, Adasum on a non-float or CUDA tensor),
+            this rank is not in process_set, or the name is in flight
+            already.
         KoloMismatchError: (a ValueError) the ranks disagree about the
             operation of this name (dtype, shape, op, root, ...).
         KoloInternalError: a peer failed, timed out or shut down.
