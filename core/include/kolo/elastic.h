@@ -3,11 +3,13 @@
 /// hosts without restarting, under `kolorun --min-np M --max-np X
 /// --host-discovery-script S` (Horovod Elastic's model and names).
 ///
+/// \code{.cpp}
 ///   kolo::init();                                  // waits for the first world
 ///   MyState state(...);                            // no collectives before run()
 ///   kolo::elastic::run(state, [&] {
 ///     for (; epoch < epochs; ++epoch) { ...; state.commit(); }
 ///   });
+/// \endcode
 ///
 /// run() calls the function; when a peer fails (PeerFailure, Timeout or a
 /// peer's shutdown) it restores the last commit; when the driver changed the

@@ -1,12 +1,14 @@
 /// \file
 /// kolo::torch — data-parallel training for LibTorch on top of kolo::Engine.
 ///
+/// \code{.cpp}
 ///   kolo::init();
 ///   kolo::torch::broadcast_parameters(*model, /*root=*/0);
 ///   auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), 1e-3);
 ///   kolo::torch::DistributedOptimizer opt(adam, model->named_parameters());
 ///   kolo::torch::broadcast_optimizer_state(*adam, /*root=*/0);
 ///   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
+/// \endcode
 ///
 /// Every collective is negotiated by name across ranks. Operations called
 /// without a name get a generated one ("noname.allreduce.<n>") from a counter

@@ -2,6 +2,7 @@
 /// Elastic training for LibTorch: kolo::elastic (kolo/elastic.h) with the
 /// state of a LibTorch training process.
 ///
+/// \code{.cpp}
 ///   kolo::init();
 ///   Net model; auto sgd = std::make_shared<torch::optim::SGD>(...);
 ///   kolo::torch::DistributedOptimizer opt(sgd, model->named_parameters());
@@ -15,6 +16,7 @@
 ///       state["batch"] = 0; sampler.set_epoch(state["epoch"] + 1);
 ///     }
 ///   });
+/// \endcode
 #pragma once
 
 #include <cstdint>
@@ -38,12 +40,14 @@ using kolo::elastic::State;
 
 /// A module (parameters and buffers), an optimizer and named values, as
 /// horovod.torch.elastic.TorchState(model, optimizer, **kwargs):
+/// \verbatim
 ///   save()    copies them in memory (commit() calls it);
 ///   restore() copies the last save back and drops the interrupted step of a
 ///             DistributedOptimizer (DistributedOptimizer::reset_step);
 ///   sync()    gives every rank rank 0's: parameters and buffers, optimizer
 ///             state (broadcast_optimizer_state), counters and tracked values
 ///             (one broadcast), after restarting generated operation names.
+/// \endverbatim
 /// The module, optimizer and tracked objects are held by reference and must
 /// outlive the state. Used from the training thread.
 class TorchState : public kolo::elastic::State {
