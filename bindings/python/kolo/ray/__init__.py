@@ -1,5 +1,7 @@
 """kolo.ray: kolo jobs on a Ray cluster, shaped like horovod.ray.
 
+Usage::
+
     import ray
     from kolo.ray import RayExecutor          # was: from horovod.ray import RayExecutor
     import kolo.torch as hvd                  # was: import horovod.torch as hvd

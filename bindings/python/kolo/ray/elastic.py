@@ -65,7 +65,7 @@ class _Worker:
 class ElasticRayExecutor:
     """An elastic kolo job on Ray: between min_workers and max_workers
     actors, each running worker_fn (which calls hvd.init() and a function
-    decorated with hvd.elastic.run).
+    decorated with hvd.elastic.run)::
 
         executor = ElasticRayExecutor(settings, min_workers=2, max_workers=4)
         executor.start()

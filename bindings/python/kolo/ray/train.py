@@ -1,5 +1,5 @@
 """Ray Train backend for kolo: `KoloConfig` runs a kolo.torch (Horovod-style)
-training loop under Ray Train's DataParallelTrainer.
+training loop under Ray Train's DataParallelTrainer::
 
     from ray.train import ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer

@@ -52,7 +52,7 @@ class KoloWorker:
         return os.getpid()
 
     def run(self, fn, args, kwargs):
-        """Returns fn(*args, **kwargs). An exception fails the other ranks'
+        """Returns ``fn(*args, **kwargs)``. An exception fails the other ranks'
         pending operations with this rank's error, then propagates."""
         try:
             return fn(*(args or ()), **(kwargs or {}))

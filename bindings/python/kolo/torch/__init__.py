@@ -1,5 +1,7 @@
 """kolo.torch: the horovod.torch API on the kolo engine.
 
+Usage::
+
     import kolo.torch as hvd      # was: import horovod.torch as hvd
     hvd.init()
     ...

@@ -1,5 +1,7 @@
 """Process sets: subsets of the ranks that run collectives among themselves.
 
+Usage::
+
     even = hvd.ProcessSet([0, 2])
     hvd.init(process_sets=[even])              # static, or later:
     odd = hvd.add_process_set([1, 3])          # dynamic (always allowed)

@@ -1,5 +1,7 @@
 """kolo.torch.elastic: elastic training, as horovod.torch.elastic.
 
+Usage::
+
     import kolo.torch as hvd            # was: import horovod.torch as hvd
     hvd.init()
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
@@ -56,7 +58,7 @@ def run(func):
     Outside an elastic job the state is synced once and failures propagate.
 
     Args:
-        func: called as func(state, *args, **kwargs); state is a State
+        func: called as ``func(state, *args, **kwargs)``; state is a State
             (usually a TorchState) whose commit() it calls regularly.
 
     Returns:
