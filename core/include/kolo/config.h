@@ -17,6 +17,18 @@ namespace kolo {
 /// Severity of a log line (KOLO_LOG_LEVEL); lines below Config::logLevel
 /// are dropped. kOff drops everything.
 enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarning, kError, kOff };
+/// \var kolo::LogLevel::kTrace
+/// The most verbose level: everything below too.
+/// \var kolo::LogLevel::kDebug
+/// Also engine start-up (rank, controller, data plane) and process-set changes.
+/// \var kolo::LogLevel::kInfo
+/// Also the autotuner's samples and choices.
+/// \var kolo::LogLevel::kWarning
+/// Also warnings: stalled tensors, dropped timeline events. The default.
+/// \var kolo::LogLevel::kError
+/// Only errors (a failed engine, a completion callback that threw).
+/// \var kolo::LogLevel::kOff
+/// Nothing.
 
 /// Returns the value of an environment variable, or nullopt when unset. Tests
 /// pass a map-backed lookup instead of the process environment.
