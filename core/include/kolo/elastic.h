@@ -42,6 +42,7 @@ bool enabled();
 /// failure: run() re-forms the world without rolling back.
 class HostsUpdatedInterrupt : public std::runtime_error {
  public:
+  /// what() says the host set changed and the world is re-forming.
   HostsUpdatedInterrupt()
       : std::runtime_error("the host set changed; re-forming the world (not a failure)") {}
 };
@@ -51,7 +52,7 @@ class HostsUpdatedInterrupt : public std::runtime_error {
 /// and sync (rank 0's state onto every rank; collective).
 class State {
  public:
-  virtual ~State() = default;
+  virtual ~State() = default;  ///< Subclasses are destroyed through State.
 
   /// Copies the state in memory (what restore() returns to). Local.
   virtual void save() = 0;

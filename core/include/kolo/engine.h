@@ -202,7 +202,9 @@ class Engine {
          std::vector<std::vector<int>> processSets = {});
   ~Engine();  ///< shutdown(), errors swallowed; joins the background thread.
 
+  /// Not copyable (nor movable).
   Engine(const Engine&) = delete;
+  /// Not copy-assignable.
   Engine& operator=(const Engine&) = delete;
 
   /// Queues one operation. Errors in the request itself (duplicate name in

@@ -18,7 +18,7 @@ namespace kolo {
 /// bytes; keys are never deleted. Implementations are thread-safe.
 class Store {
  public:
-  virtual ~Store() = default;
+  virtual ~Store() = default;  ///< Stores are held as std::shared_ptr<Store>.
 
   /// Stores value under key, replacing any value there; waiters on key wake.
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;

@@ -28,7 +28,9 @@ class TcpStoreServer {
   TcpStoreServer(const std::string& host, uint16_t port, std::string secret);
   ~TcpStoreServer();  ///< stops serving and closes every connection
 
+  /// Not copyable (nor movable).
   TcpStoreServer(const TcpStoreServer&) = delete;
+  /// Not copy-assignable.
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   /// The port it listens on (the one picked when constructed with 0).

@@ -121,6 +121,7 @@ class ProcessSet {
 /// The set of all ranks (Horovod's hvd.global_process_set).
 inline constexpr ProcessSet global_process_set{};
 
+/// Internal: the adapter's implementation details.
 namespace detail {
 struct HandleBody;
 }
@@ -168,7 +169,9 @@ class Context {
  public:
   /// A context bound to engine, which must outlive it.
   explicit Context(Engine& engine);
+  /// Not copyable (nor movable).
   Context(const Context&) = delete;
+  /// Not copy-assignable.
   Context& operator=(const Context&) = delete;
 
   /// The bound engine (kolo::defaultEngine() for the default context; throws
@@ -582,7 +585,9 @@ class DistributedOptimizer {
                        Context& ctx = default_context());
   /// Removes the hooks and waits for allreduces still in flight.
   ~DistributedOptimizer();
+  /// Not copyable (nor movable).
   DistributedOptimizer(const DistributedOptimizer&) = delete;
+  /// Not copy-assignable.
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   /// synchronize() (unless inside skip_synchronize()) and the wrapped step.
@@ -603,7 +608,9 @@ class DistributedOptimizer {
     explicit SkipSynchronize(DistributedOptimizer& owner);
     /// step() synchronizes again.
     ~SkipSynchronize();
+    /// Not copyable (nor movable).
     SkipSynchronize(const SkipSynchronize&) = delete;
+    /// Not copy-assignable.
     SkipSynchronize& operator=(const SkipSynchronize&) = delete;
 
    private:
