@@ -79,14 +79,20 @@ void bindProcess(py::module_& m) {
       Release(), py::arg("message"),
       "Fails this rank with message: every rank's pending and later operations fail with "
       "'rank R failed: message'.");
-  m.def("shutdown", &kolo::shutdown, Release());
-  m.def("is_initialized", &kolo::isInitialized);
-  m.def("rank", &kolo::rank);
-  m.def("size", &kolo::size);
-  m.def("local_rank", &kolo::localRank);
-  m.def("local_size", &kolo::localSize);
-  m.def("cross_rank", &kolo::crossRank);
-  m.def("cross_size", &kolo::crossSize);
+  m.def("shutdown", &kolo::shutdown, Release(),
+        "Leaves the job (idempotent); pending operations fail. init() may be called again.");
+  m.def("is_initialized", &kolo::isInitialized,
+        "True between init() and shutdown().");
+  m.def("rank", &kolo::rank,
+        "This process's rank in the job, 0 .. size()-1. Raises KoloInvalidArgumentError "
+        "(a ValueError) before init(), as do the other rank and size functions.");
+  m.def("size", &kolo::size, "Number of ranks in the job.");
+  m.def("local_rank", &kolo::localRank,
+        "This process's rank among the ranks on its host, 0 .. local_size()-1.");
+  m.def("local_size", &kolo::localSize, "Number of ranks on this process's host.");
+  m.def("cross_rank", &kolo::crossRank,
+        "Index of this process's host among the job's hosts, as the launcher numbers them.");
+  m.def("cross_size", &kolo::crossSize, "Number of hosts in the job.");
 
   m.def("build_info", [] {
     py::dict info;

@@ -18,13 +18,16 @@ namespace kt = kolo::torch;
 using Release = py::call_guard<py::gil_scoped_release>;
 
 void bindOps(py::module_& m) {
-  py::enum_<ReduceOp>(m, "ReduceOp")
-      .value("Sum", ReduceOp::kSum)
-      .value("Average", ReduceOp::kAverage)
-      .value("Min", ReduceOp::kMin)
-      .value("Max", ReduceOp::kMax)
-      .value("Product", ReduceOp::kProduct)
-      .value("Adasum", ReduceOp::kAdasum);
+  py::enum_<ReduceOp>(m, "ReduceOp",
+                      "How a reduction combines the ranks' tensors (the op= argument).")
+      .value("Sum", ReduceOp::kSum, "Elementwise sum.")
+      .value("Average", ReduceOp::kAverage,
+             "Sum divided by the number of ranks in the process set (integers: truncated).")
+      .value("Min", ReduceOp::kMin, "Elementwise minimum.")
+      .value("Max", ReduceOp::kMax, "Elementwise maximum.")
+      .value("Product", ReduceOp::kProduct, "Elementwise product.")
+      .value("Adasum", ReduceOp::kAdasum,
+             "Adaptive summation: allreduce of floating-point tensors only.");
 
   py::class_<kt::TensorHandle>(m, "TensorHandle",
                                "Completion of one asynchronous tensor operation.")
@@ -149,7 +152,7 @@ void bindOps(py::module_& m) {
         kt::broadcast_parameters(tensors, root, ctx, ProcessSet(set));
       },
       Release(), py::arg("tensors"), py::arg("root"), py::arg("process_set"),
-      "Broadcasts (name, tensor) pairs in place from root, negotiated together.");
+      "Broadcasts (name, tensor) pairs in place from root, all in flight at once.");
 
   // Process sets (collective over every rank; see kolo/torch/process_sets.py).
   m.def(

@@ -1,10 +1,11 @@
-// kolo::Engine: one per rank. Owns the configuration, the tensor queue, the
-// controller, the backends, the fusion buffers and one background thread.
-//
-// Threading: enqueue*, shutdown, abort and the accessors may be called from
-// any thread. Completion callbacks and output allocators run on the
-// background thread, never under an engine lock, and must not block on other
-// kolo operations.
+/// \file
+/// kolo::Engine: one per rank. Owns the configuration, the tensor queue, the
+/// controller, the backends, the fusion buffers and one background thread.
+///
+/// Threading: enqueue*, shutdown, abort and the accessors may be called from
+/// any thread. Completion callbacks and output allocators run on the
+/// background thread, never under an engine lock, and must not block on other
+/// kolo operations.
 #pragma once
 
 #include <chrono>
@@ -21,244 +22,265 @@
 
 namespace kolo {
 
-// What the ranks negotiate about a tensor.
+/// What the ranks negotiate about a tensor.
 struct Request {
+  /// The key ranks match requests by: the same operation has the same name
+  /// on every rank of the set; one name may be in flight only once per set.
+  /// Not empty; names starting with "kolo." are reserved.
   std::string name;
-  OpType op = OpType::kAllreduce;
-  DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
-  DeviceKind device = DeviceKind::kCpu;
-  int deviceIndex = -1;
-  ReduceOp reduceOp = ReduceOp::kSum;  // allreduce, reducescatter
-  double prescale = 1.0;               // multiplied in before the reduction
-  double postscale = 1.0;              // multiplied in after it
-  int root = 0;                        // broadcast
-  // alltoall: number of first-dimension rows sent to each rank of the
-  // process set (size() == the set's size); empty means an even split.
+  OpType op = OpType::kAllreduce;        ///< Which collective.
+  DataType dtype = DataType::kFloat32;   ///< Element type of input (and output).
+  std::vector<int64_t> shape;            ///< Shape of input on this rank.
+  DeviceKind device = DeviceKind::kCpu;  ///< Where input and output live.
+  int deviceIndex = -1;                  ///< CUDA device ordinal; -1 for the CPU.
+  ReduceOp reduceOp = ReduceOp::kSum;  ///< allreduce, reducescatter
+  double prescale = 1.0;               ///< multiplied in before the reduction
+  double postscale = 1.0;              ///< multiplied in after it
+  int root = 0;                        ///< broadcast: the sending rank (of the job)
+  /// alltoall: number of first-dimension rows sent to each rank of the
+  /// process set (size() == the set's size); empty means an even split.
   std::vector<int64_t> splits;
-  // The process set the operation runs in (Engine::addProcessSet); 0 is the
-  // set of all ranks. Names are per set. root is a rank of the job (not of
-  // the set) and must be a member; allgather and alltoall order their
-  // blocks by the set's rank order.
+  /// The process set the operation runs in (Engine::addProcessSet); 0 is the
+  /// set of all ranks. Names are per set. root is a rank of the job (not of
+  /// the set) and must be a member; allgather and alltoall order their
+  /// blocks by the set's rank order.
   int processSet = 0;
 };
 
-// Shape of an output whose size is known only after negotiation (allgather,
-// alltoall, reducescatter).
+/// Shape of an output whose size is known only after negotiation (allgather,
+/// alltoall, reducescatter).
 using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
 
-// Where a tensor's bytes live on this rank. The memory must stay valid until
-// the handle completes.
+/// Where a tensor's bytes live on this rank. The memory must stay valid until
+/// the handle completes.
 struct Entry {
-  const void* input = nullptr;  // may equal output (in place)
-  void* output = nullptr;       // allreduce/broadcast: same size as input
-  OutputAllocator allocate;     // allgather/alltoall/reducescatter
-  // Called on the background thread when the operation ends, before waiters
-  // wake.
+  const void* input = nullptr;  ///< may equal output (in place)
+  void* output = nullptr;       ///< allreduce/broadcast: same size as input
+  OutputAllocator allocate;     ///< allgather/alltoall/reducescatter
+  /// Called on the background thread when the operation ends, before waiters
+  /// wake.
   std::function<void(const Status&)> onDone;
-  // CUDA tensors: a cudaEvent_t recorded on the stream that produced input
-  // (the caller's current stream), or nullptr when input is ready already.
-  // The engine's communication stream waits on it before reading input; the
-  // host never does. Owned by the caller; must stay valid until onDone.
+  /// CUDA tensors: a cudaEvent_t recorded on the stream that produced input
+  /// (the caller's current stream), or nullptr when input is ready already.
+  /// The engine's communication stream waits on it before reading input; the
+  /// host never does. Owned by the caller; must stay valid until onDone.
   void* readyEvent = nullptr;
 };
 
-// While an OutputAllocator runs for a CUDA tensor on the background thread:
-// the cudaStream_t (as void*) the engine writes that output on. Allocate
-// under it so a stream-ordered caching allocator ties the memory to it.
-// nullptr at any other time.
+/// While an OutputAllocator runs for a CUDA tensor on the background thread:
+/// the cudaStream_t (as void*) the engine writes that output on. Allocate
+/// under it so a stream-ordered caching allocator ties the memory to it.
+/// nullptr at any other time.
 void* outputAllocationStream();
 
 struct HandleState;
 
-// A process set as this rank sees it: which ranks belong to it and where
-// this rank sits in it.
+/// A process set as this rank sees it: which ranks belong to it and where
+/// this rank sits in it.
 struct ProcessSetInfo {
-  int id = 0;
-  std::vector<int> ranks;  // ranks of the job, ascending
-  int rank = -1;           // this rank's place in ranks; -1: not a member
+  int id = 0;  ///< The set's id (0: all ranks).
+  std::vector<int> ranks;  ///< ranks of the job, ascending
+  int rank = -1;           ///< this rank's place in ranks; -1: not a member
+  /// Number of ranks in the set.
   int size() const { return static_cast<int>(ranks.size()); }
+  /// True when this rank is a member.
   bool included() const { return rank >= 0; }
 };
 
-// Completion of one enqueued operation. Copyable; all copies share state.
+/// Completion of one enqueued operation. Copyable; all copies share state.
 class Handle {
  public:
+  /// An empty handle (valid() is false); the other members must not be called.
   Handle() = default;
+  /// Internal: made by Engine::enqueue and friends.
   explicit Handle(std::shared_ptr<HandleState> state) : state_(std::move(state)) {}
 
+  /// False for a default-constructed handle.
   bool valid() const { return state_ != nullptr; }
-  // True once the operation finished (successfully or not).
+  /// True once the operation finished (successfully or not).
   bool poll() const;
-  // Blocks until done or timeout; returns false on timeout.
+  /// Blocks until done or timeout; returns false on timeout.
   bool waitFor(std::chrono::milliseconds timeout) const;
-  // Blocks until done and throws the operation's error, if any.
+  /// Blocks until done and throws the operation's error, if any.
   void wait() const;
 
-  // Operations on CUDA tensors complete in two stages: "enqueued" (the GPU
-  // work is queued on the engine's comm stream behind the inputs' ready
-  // events) and then done (the GPU finished it). waitEnqueued() blocks until
-  // the first of the two and returns the cudaEvent_t (as void*) recorded
-  // after the work: a stream that reads the outputs waits on it
-  // (cudaStreamWaitEvent) instead of the host waiting. nullptr when the
-  // operation is done already (CPU operations, or the GPU got there first);
-  // throws the operation's error when it failed before. The event stays
-  // valid while any copy of this Handle lives. The entry's memory must stay
-  // valid until done (Entry::onDone runs then). An error the GPU work meets
-  // after the enqueued stage fails the engine: the next operation throws it.
+  /// Operations on CUDA tensors complete in two stages: "enqueued" (the GPU
+  /// work is queued on the engine's comm stream behind the inputs' ready
+  /// events) and then done (the GPU finished it). waitEnqueued() blocks until
+  /// the first of the two and returns the cudaEvent_t (as void*) recorded
+  /// after the work: a stream that reads the outputs waits on it
+  /// (cudaStreamWaitEvent) instead of the host waiting. nullptr when the
+  /// operation is done already (CPU operations, or the GPU got there first);
+  /// throws the operation's error when it failed before. The event stays
+  /// valid while any copy of this Handle lives. The entry's memory must stay
+  /// valid until done (Entry::onDone runs then). An error the GPU work meets
+  /// after the enqueued stage fails the engine: the next operation throws it.
   void* waitEnqueued() const;
-  // True once waitEnqueued() would not block.
+  /// True once waitEnqueued() would not block.
   bool enqueued() const;
-  // Valid once done.
+  /// Valid once done.
   Status status() const;
-  // Output shape decided by negotiation (allgather/alltoall/reducescatter).
+  /// Output shape decided by negotiation (allgather/alltoall/reducescatter).
   std::vector<int64_t> outputShape() const;
-  // alltoall: rows received from each rank of the set; allgather: rows
-  // each rank of the set contributed (0 for a joined rank).
+  /// alltoall: rows received from each rank of the set; allgather: rows
+  /// each rank of the set contributed (0 for a joined rank).
   std::vector<int64_t> receivedSplits() const;
-  // join: the last rank to join.
+  /// join: the last rank to join.
   int joinResult() const;
 
  private:
   std::shared_ptr<HandleState> state_;
 };
 
-// Counters for tests and benchmarks. Read with Engine::stats() (the whole
-// engine) or Engine::stats(id) (one process set).
+/// Counters for tests and benchmarks. Read with Engine::stats() (the whole
+/// engine) or Engine::stats(id) (one process set).
 struct EngineStats {
-  uint64_t cycles = 0;  // negotiation cycles (Engine::stats(): of the global set)
-  uint64_t coordinatorRounds = 0;  // cycles that gathered requests to rank 0
-  uint64_t cachedResponses = 0;    // responses taken from the cache
-  uint64_t responses = 0;          // executed responses (after fusion)
-  uint64_t fusedTensors = 0;       // tensors executed inside multi-tensor responses
-  uint64_t backendCalls = 0;       // data-plane collective calls
-  uint64_t bytesReduced = 0;
-  uint64_t stallChecks = 0;  // stall check rounds (gather + broadcast) run
+  uint64_t cycles = 0;  ///< negotiation cycles (Engine::stats(): of the global set)
+  uint64_t coordinatorRounds = 0;  ///< cycles that gathered requests to rank 0
+  uint64_t cachedResponses = 0;    ///< responses taken from the cache
+  uint64_t responses = 0;          ///< executed responses (after fusion)
+  uint64_t fusedTensors = 0;       ///< tensors executed inside multi-tensor responses
+  uint64_t backendCalls = 0;       ///< data-plane collective calls
+  uint64_t bytesReduced = 0;       ///< bytes of allreduce input reduced (CPU and GPU)
+  uint64_t stallChecks = 0;  ///< stall check rounds (gather + broadcast) run
 };
 
-// Parameters the autotuner may change while the job runs. Every rank
-// applies a change at the same cycle, so all ranks always agree on them.
+/// Parameters the autotuner may change while the job runs. Every rank
+/// applies a change at the same cycle, so all ranks always agree on them.
 struct Tunables {
-  int64_t fusionThresholdBytes = 0;
-  std::chrono::microseconds cycleTime{0};
-  bool cacheEnabled = true;
-  // Allreduce in two levels across hosts (only where the data plane is
-  // hierarchical: KOLO_HIERARCHICAL_ALLREDUCE).
+  int64_t fusionThresholdBytes = 0;        ///< Config::fusionThresholdBytes in force.
+  std::chrono::microseconds cycleTime{0};  ///< Config::cycleTime in force.
+  bool cacheEnabled = true;                ///< Whether the response cache is used.
+  /// Allreduce in two levels across hosts (only where the data plane is
+  /// hierarchical: KOLO_HIERARCHICAL_ALLREDUCE).
   bool hierarchicalAllreduce = false;
 
+  /// Every field equal.
   bool operator==(const Tunables& o) const {
     return fusionThresholdBytes == o.fusionThresholdBytes && cycleTime == o.cycleTime &&
            cacheEnabled == o.cacheEnabled && hierarchicalAllreduce == o.hierarchicalAllreduce;
   }
+  /// Some field differs.
   bool operator!=(const Tunables& o) const { return !(*this == o); }
 };
 
-// The tunables in force and every change applied so far. cycle is the
-// engine's cycle counter (EngineStats::cycles) at which the change took
-// effect; it counts the same on every rank.
+/// The tunables in force and every change applied so far. cycle is the
+/// engine's cycle counter (EngineStats::cycles) at which the change took
+/// effect; it counts the same on every rank.
 struct TuningState {
+  /// One change the autotuner applied.
   struct Change {
-    uint64_t cycle = 0;
-    Tunables tunables;
+    uint64_t cycle = 0;  ///< EngineStats::cycles when it took effect.
+    Tunables tunables;   ///< The tunables from then on.
   };
-  Tunables current;
-  std::vector<Change> history;
-  bool converged = false;  // the autotuner stopped exploring
+  Tunables current;             ///< In force now.
+  std::vector<Change> history;  ///< Every change, oldest first.
+  bool converged = false;  ///< the autotuner stopped exploring
 };
 
-// Process sets: subsets of the ranks that negotiate and run operations
-// among themselves. Set 0 holds every rank. Each set has its own
-// negotiation (cache, fusion, stall inspector, join) over its own
-// connections; one background thread runs every set this rank belongs to,
-// one cycle each per loop iteration in increasing id, so the sets progress
-// independently, a rank outside a set never waits on it, and the order of
-// operations within each set stays the same on all of its ranks.
-//
-// Adding or removing a set is a collective of all ranks (negotiated on set
-// 0): every rank calls addProcessSet/removeProcessSet with the same
-// arguments in the same order. Ids are assigned in that order (1, 2, ...)
-// and never reused.
+/// Process sets: subsets of the ranks that negotiate and run operations
+/// among themselves. Set 0 holds every rank. Each set has its own
+/// negotiation (cache, fusion, stall inspector, join) over its own
+/// connections; one background thread runs every set this rank belongs to,
+/// one cycle each per loop iteration in increasing id, so the sets progress
+/// independently, a rank outside a set never waits on it, and the order of
+/// operations within each set stays the same on all of its ranks.
+///
+/// Adding or removing a set is a collective of all ranks (negotiated on set
+/// 0): every rank calls addProcessSet/removeProcessSet with the same
+/// arguments in the same order. Ids are assigned in that order (1, 2, ...)
+/// and never reused.
 class Engine {
  public:
-  // Rendezvous with the other ranks through store (bounded by
-  // config.timeout), then starts the background thread. The store is
-  // prefixed internally; several engines may share one store if each gets
-  // its own PrefixStore. processSets: static sets created before any
-  // operation (ids 1, 2, ... in this order); every rank passes the same
-  // list (InvalidArgument otherwise, naming the ranks that disagree).
+  /// Rendezvous with the other ranks through store (bounded by
+  /// config.timeout), then starts the background thread. The store is
+  /// prefixed internally; several engines may share one store if each gets
+  /// its own PrefixStore. processSets: static sets created before any
+  /// operation (ids 1, 2, ... in this order); every rank passes the same
+  /// list (InvalidArgument otherwise, naming the ranks that disagree).
   Engine(Config config, Identity identity, std::shared_ptr<Store> store,
          std::vector<std::vector<int>> processSets = {});
-  ~Engine();  // shutdown()
+  ~Engine();  ///< shutdown(), errors swallowed; joins the background thread.
 
+  /// Not copyable (nor movable).
   Engine(const Engine&) = delete;
+  /// Not copy-assignable.
   Engine& operator=(const Engine&) = delete;
 
-  // Queues one operation. Errors in the request itself (duplicate name in
-  // flight, bad shape, unsupported dtype for the op, engine stopped) throw
-  // here; errors found in negotiation or execution complete the handle.
+  /// Queues one operation. Errors in the request itself (duplicate name in
+  /// flight, bad shape, unsupported dtype for the op, engine stopped) throw
+  /// here; errors found in negotiation or execution complete the handle.
   Handle enqueue(Request request, Entry entry);
 
-  // Queues several operations of one kind (allreduce, allgather or
-  // reducescatter) and one process set, negotiated as a unit: none runs
-  // until every member is ready on every rank of the set.
+  /// Queues several operations of one kind (allreduce, allgather or
+  /// reducescatter) and one process set, negotiated as a unit: none runs
+  /// until every member is ready on every rank of the set.
   std::vector<Handle> enqueueGroup(std::vector<Request> requests,
                                    std::vector<Entry> entries);
 
-  // This rank ran out of data: from now on, until every rank of the set has
-  // joined, it takes part in the set's operations without submitting them,
-  // with a neutral contribution: allreduce and reducescatter the identity
-  // of the reduce op (zeros for sum and average), allgather and alltoall no
-  // rows (rows sent to it are dropped), broadcast receives (it cannot be
-  // the root). Completes when every rank of the set has joined; the
-  // handle's joinResult() is the last rank (of the job) to join.
+  /// This rank ran out of data: from now on, until every rank of the set has
+  /// joined, it takes part in the set's operations without submitting them,
+  /// with a neutral contribution: allreduce and reducescatter the identity
+  /// of the reduce op (zeros for sum and average), allgather and alltoall no
+  /// rows (rows sent to it are dropped), broadcast receives (it cannot be
+  /// the root). Completes when every rank of the set has joined; the
+  /// handle's joinResult() is the last rank (of the job) to join.
   Handle join(int processSet = 0);
 
-  // Completes when every rank of the set reached the barrier.
+  /// Completes when every rank of the set reached the barrier.
   Handle barrier(int processSet = 0);
 
-  // Creates a process set of ranks (any order, no duplicates) and returns
-  // its id. Collective over all ranks (see above); blocks until the set's
-  // members are connected. Throws InvalidArgument for bad or duplicate
-  // ranks and for a set with the same ranks as an existing one, Mismatch
-  // when ranks called it differently.
+  /// Creates a process set of ranks (any order, no duplicates) and returns
+  /// its id. Collective over all ranks (see above); blocks until the set's
+  /// members are connected. Throws InvalidArgument for bad or duplicate
+  /// ranks and for a set with the same ranks as an existing one, Mismatch
+  /// when ranks called it differently.
   int addProcessSet(std::vector<int> ranks);
-  // Removes a process set; its pending operations fail. Collective over all
-  // ranks. Throws InvalidArgument for set 0 and for unknown ids.
+  /// Removes a process set; its pending operations fail. Collective over all
+  /// ranks. Throws InvalidArgument for set 0 and for unknown ids.
   void removeProcessSet(int id);
-  // Any thread. Throws InvalidArgument for unknown ids.
+  /// Any thread. Throws InvalidArgument for unknown ids.
   ProcessSetInfo processSet(int id) const;
-  // Every set that exists now, by increasing id.
+  /// Every set that exists now, by increasing id.
   std::vector<ProcessSetInfo> processSets() const;
 
-  // Stops the background thread after telling the other ranks; pending
-  // operations fail with ShutdownError. Idempotent.
+  /// Stops the background thread after telling the other ranks; pending
+  /// operations fail with ShutdownError. Idempotent. Blocks until the
+  /// background thread has exited, so it must not be called from a
+  /// completion callback or output allocator (that thread).
   void shutdown();
 
-  // Fails this rank with message: every rank's pending and future
-  // operations fail with PeerFailure("rank R: message").
+  /// Fails this rank with message: every rank's pending and future
+  /// operations fail with PeerFailure("rank R failed: message"). Any thread;
+  /// from a completion callback it returns at once and the engine stops
+  /// after the current cycle, elsewhere it waits for the background thread.
   void abort(const std::string& message);
 
+  /// The configuration the engine was built with (valid for its life).
   const Config& config() const;
+  /// This rank's place in the job (valid for the engine's life).
   const Identity& identity() const;
+  /// identity().rank.
   int rank() const { return identity().rank; }
+  /// identity().size.
   int size() const { return identity().size; }
-  // The whole engine: cycles of set 0, every other counter summed over
-  // all sets (removed ones included).
+  /// The whole engine: cycles of set 0, every other counter summed over
+  /// all sets (removed ones included).
   EngineStats stats() const;
-  // One process set this rank belongs to (InvalidArgument otherwise).
+  /// One process set this rank belongs to (InvalidArgument otherwise).
   EngineStats stats(int processSet) const;
-  // Tunables in force (from Config, or as chosen by the autotuner).
+  /// Tunables in force (from Config, or as chosen by the autotuner).
   TuningState tuning() const;
 
-  // Starts writing a Chrome-trace timeline of this rank to path (rank r > 0
-  // writes path with ".rank<r>" inserted before a ".json" suffix, or
-  // appended). Replaces a running timeline. Throws InvalidArgument when the
-  // file cannot be created. Any thread.
+  /// Starts writing a Chrome-trace timeline of this rank to path (rank r > 0
+  /// writes path with ".rank<r>" inserted before a ".json" suffix, or
+  /// appended). Replaces a running timeline. Throws InvalidArgument when the
+  /// file cannot be created. Any thread.
   void startTimeline(const std::string& path);
-  // Stops the timeline and returns once its file is complete (closing "]"
-  // written). No-op when none runs. Any thread.
+  /// Stops the timeline and returns once its file is complete (closing "]"
+  /// written). No-op when none runs. Any thread.
   void stopTimeline();
-  // Set once the engine stopped because of a failure (its error); ok otherwise.
+  /// Set once the engine stopped because of a failure (its error); ok otherwise.
   Status failure() const;
 
  private:

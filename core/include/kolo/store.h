@@ -1,8 +1,9 @@
-// Rendezvous key-value store: how ranks find each other.
-//
-// Implementations: HashStore (in-process, for tests running ranks as threads),
-// FileStore (shared filesystem), TcpStore (client of a TcpStoreServer hosted
-// by kolorun or by rank 0). All methods are thread-safe and bounded in time.
+/// \file
+/// Rendezvous key-value store: how ranks find each other.
+///
+/// Implementations: HashStore (in-process, for tests running ranks as threads),
+/// FileStore (shared filesystem), TcpStore (client of a TcpStoreServer hosted
+/// by kolorun or by rank 0). All methods are thread-safe and bounded in time.
 #pragma once
 
 #include <chrono>
@@ -13,36 +14,42 @@
 
 namespace kolo {
 
+/// A key-value store the ranks of a job share for rendezvous. Values are
+/// bytes; keys are never deleted. Implementations are thread-safe.
 class Store {
  public:
-  virtual ~Store() = default;
+  virtual ~Store() = default;  ///< Stores are held as std::shared_ptr<Store>.
 
+  /// Stores value under key, replacing any value there; waiters on key wake.
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;
 
-  // Blocks until the key exists or timeout passes; throws kolo::Timeout.
+  /// Blocks until the key exists or timeout passes; throws kolo::Timeout.
   virtual std::vector<char> get(const std::string& key,
                                 std::chrono::milliseconds timeout) = 0;
 
-  // Blocks until all keys exist or timeout passes; throws kolo::Timeout
-  // naming the missing keys.
+  /// Blocks until all keys exist or timeout passes; throws kolo::Timeout
+  /// naming the missing keys.
   virtual void wait(const std::vector<std::string>& keys,
                     std::chrono::milliseconds timeout) = 0;
 
-  // Atomically adds delta to the integer stored at key (0 when missing) and
-  // returns the new value.
+  /// Atomically adds delta to the integer stored at key (0 when missing) and
+  /// returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
 
-  // True when the key exists now; never blocks.
+  /// True when the key exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
 };
 
-// Wraps a store so every key gets a prefix; used to separate engine
-// generations and subsystems sharing one store.
+/// Wraps a store so every key gets a prefix; used to separate engine
+/// generations and subsystems sharing one store.
 class PrefixStore : public Store {
  public:
+  /// Every key becomes prefix + key in inner, which the PrefixStore keeps
+  /// alive.
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
       : prefix_(std::move(prefix)), inner_(std::move(inner)) {}
 
+  /// Store::set on prefix + key (and so on for the other overrides).
   void set(const std::string& key, const std::vector<char>& value) override {
     inner_->set(prefix_ + key, value);
   }
@@ -64,7 +71,7 @@ class PrefixStore : public Store {
     return inner_->check(prefix_ + key);
   }
 
-  // The wrapped store (localAddressOf() looks through prefixes with it).
+  /// The wrapped store (localAddressOf() looks through prefixes with it).
   const std::shared_ptr<Store>& inner() const { return inner_; }
 
  private:
@@ -72,10 +79,13 @@ class PrefixStore : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-// In-process store for ranks running as threads of one process.
+/// In-process store for ranks running as threads of one process: every
+/// engine given the same returned store (or PrefixStores of it) meets.
 std::shared_ptr<Store> makeHashStore();
 
-// Store over files in a directory every rank can see.
+/// Store over files in a directory every rank can see (created when
+/// missing). Throws InvalidArgument for an empty path and when the directory
+/// cannot be created or written.
 std::shared_ptr<Store> makeFileStore(const std::string& directory);
 
 }  // namespace kolo

@@ -1,10 +1,11 @@
-// TCP rendezvous store: a small authenticated key-value server and its client.
-//
-// Every connection starts with a mutual HMAC-SHA256 challenge over fresh
-// nonces keyed by the job secret (KOLO_SECRET_KEY); a peer that cannot answer
-// is logged and dropped, and the server keeps serving everyone else. Frames
-// are length-prefixed and bounded; a garbled or oversize frame drops only the
-// connection that sent it.
+/// \file
+/// TCP rendezvous store: a small authenticated key-value server and its client.
+///
+/// Every connection starts with a mutual HMAC-SHA256 challenge over fresh
+/// nonces keyed by the job secret (KOLO_SECRET_KEY); a peer that cannot answer
+/// is logged and dropped, and the server keeps serving everyone else. Frames
+/// are length-prefixed and bounded; a garbled or oversize frame drops only the
+/// connection that sent it.
 #pragma once
 
 #include <chrono>
@@ -16,24 +17,30 @@
 
 namespace kolo {
 
+/// Serves one job's store over TCP from a background thread, until
+/// destroyed. kolorun hosts one for each job; where the launcher hosts none
+/// (torchrun, Slurm) kolo::init() on rank 0 does.
 class TcpStoreServer {
  public:
-  // Listens on host:port (port 0 picks a free port; host "" or "0.0.0.0"
-  // means every interface). Throws InvalidArgument naming the address when
-  // it cannot bind (e.g. the port is in use).
+  /// Listens on host:port (port 0 picks a free port; host "" or "0.0.0.0"
+  /// means every interface). Throws InvalidArgument naming the address when
+  /// it cannot bind (e.g. the port is in use).
   TcpStoreServer(const std::string& host, uint16_t port, std::string secret);
-  ~TcpStoreServer();  // stops serving and closes every connection
+  ~TcpStoreServer();  ///< stops serving and closes every connection
 
+  /// Not copyable (nor movable).
   TcpStoreServer(const TcpStoreServer&) = delete;
+  /// Not copy-assignable.
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
+  /// The port it listens on (the one picked when constructed with 0).
   uint16_t port() const;
-  // Connections refused because they failed authentication or sent a
-  // malformed frame (for tests and logs).
+  /// Connections refused because they failed authentication or sent a
+  /// malformed frame (for tests and logs).
   uint64_t rejectedConnections() const;
-  // The server's own data as a Store, without a network hop (kolorun uses
-  // it to watch which ranks arrived). It may outlive the server; once the
-  // server is destroyed its blocking calls fail with PeerFailure.
+  /// The server's own data as a Store, without a network hop (kolorun uses
+  /// it to watch which ranks arrived). It may outlive the server; once the
+  /// server is destroyed its blocking calls fail with PeerFailure.
   std::shared_ptr<Store> localStore() const;
 
  private:
@@ -41,24 +48,25 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Options of makeTcpStore().
 struct TcpStoreOptions {
-  // How long to keep retrying the initial connection (the server may start
-  // later than the client).
+  /// How long to keep retrying the initial connection (the server may start
+  /// later than the client).
   std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
 };
 
-// Connects (retrying until connectTimeout) and authenticates; throws
-// PeerFailure when the server refuses the secret and Timeout when it never
-// answers. The store is thread-safe: concurrent calls use separate pooled
-// connections, so a blocking get() does not delay other threads. Once the
-// server is gone calls fail with PeerFailure instead of reconnecting for long.
+/// Connects (retrying until connectTimeout) and authenticates; throws
+/// PeerFailure when the server refuses the secret and Timeout when it never
+/// answers. The store is thread-safe: concurrent calls use separate pooled
+/// connections, so a blocking get() does not delay other threads. Once the
+/// server is gone calls fail with PeerFailure instead of reconnecting for long.
 std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
                                     const std::string& secret,
                                     TcpStoreOptions options = {});
 
-// The local address of the socket a TcpStore client uses to reach its
-// server: the interface that routes to the rendezvous host. Empty for stores
-// that are not TCP stores.
+/// The local address of the socket a TcpStore client uses to reach its
+/// server: the interface that routes to the rendezvous host. Empty for stores
+/// that are not TCP stores.
 std::string localAddressOf(const Store& store);
 
 }  // namespace kolo

@@ -1,5 +1,7 @@
 """kolo.ray: kolo jobs on a Ray cluster, shaped like horovod.ray.
 
+Usage::
+
     import ray
     from kolo.ray import RayExecutor          # was: from horovod.ray import RayExecutor
     import kolo.torch as hvd                  # was: import horovod.torch as hvd
@@ -14,9 +16,12 @@
 serves the job's authenticated rendezvous store from the driver and hands
 each actor its rank and the job's secret; ``ElasticRayExecutor`` runs a
 ``kolo.torch.elastic`` training function that survives the loss of workers
-and grows when the cluster does. ``KoloConfig`` is the Ray Train backend
-(``ray.train.data_parallel_trainer.DataParallelTrainer(...,
-backend_config=KoloConfig())``).
+and grows when the cluster does. ``KoloConfig`` is the Ray Train backend:
+``DataParallelTrainer(train_loop, backend_config=KoloConfig(), ...)`` with
+Ray Train V2's ``ray.train.v2.api.data_parallel_trainer.DataParallelTrainer``
+(the default in Ray >= 2.50; the V1 class
+``ray.train.data_parallel_trainer.DataParallelTrainer`` works too, with
+``RAY_TRAIN_V2_ENABLED=0``). See :mod:`kolo.ray.train`.
 
 Ray is an optional dependency: ``pip install "ray[train]"``. ``import
 kolo.torch`` never imports Ray.
@@ -30,6 +35,8 @@ from kolo.ray.elastic import ElasticRayExecutor  # noqa: E402,F401
 
 
 def __getattr__(name):
+    """``KoloConfig`` and ``KoloBackend``, imported from :mod:`kolo.ray.train`
+    on first use (it needs Ray Train, the others need only Ray)."""
     # The Ray Train backend lives in its own module; loaded on first use.
     if name in ("KoloConfig", "KoloBackend"):
         from kolo.ray import train

@@ -23,6 +23,7 @@ from kolo.ray.executor import Settings, WorkerFailedError, _IDENTITY, _first_lin
 from kolo.ray.worker import KoloWorker
 
 ray = require_ray()
+"""The ray module (ImportError naming the install command when missing)."""
 
 _POLL_S = 0.05
 
@@ -64,7 +65,7 @@ class _Worker:
 class ElasticRayExecutor:
     """An elastic kolo job on Ray: between min_workers and max_workers
     actors, each running worker_fn (which calls hvd.init() and a function
-    decorated with hvd.elastic.run).
+    decorated with hvd.elastic.run)::
 
         executor = ElasticRayExecutor(settings, min_workers=2, max_workers=4)
         executor.start()
@@ -386,6 +387,7 @@ class ElasticRayExecutor:
                  "pid": w.info["pid"] if w.info else None} for w in self._alive()]
 
     def shutdown(self):
+        """Stops every worker and closes the job's store. Safe to call twice."""
         self._stop_workers()
         if self._server is not None:
             self._server.close()

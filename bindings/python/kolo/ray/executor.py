@@ -20,6 +20,7 @@ from kolo.ray import placement
 from kolo.ray.worker import KoloWorker
 
 ray = require_ray()
+"""The ray module (ImportError naming the install command when missing)."""
 
 # Variables of the driver's environment handed to the workers (tuning and
 # logging; never the identity of the driver's own job, if it has one).
@@ -72,7 +73,7 @@ class WorkerFailedError(RuntimeError):
 
 
 class RayExecutor:
-    """A kolo job of num_workers Ray actors.
+    """A kolo job of num_workers Ray actors::
 
         executor = RayExecutor(settings, num_workers=4, cpus_per_worker=1, use_gpu=False)
         executor.start()
@@ -137,7 +138,7 @@ class RayExecutor:
         """Places and starts the workers and sets up the rendezvous; returns
         once every worker is ready (bounded by start_timeout). Raises
         TimeoutError naming the missing resources when Ray cannot place
-        them. executable_cls(*executable_args, **executable_kwargs) is built
+        them. ``executable_cls(*executable_args, **executable_kwargs)`` is built
         on every worker after its identity is set: the object execute()
         passes to its functions."""
         if self._workers:
@@ -231,7 +232,7 @@ class RayExecutor:
     # -- run ----------------------------------------------------------------
 
     def run(self, fn, args=None, kwargs=None, callbacks=None):
-        """Runs fn(*args, **kwargs) on every worker; returns the results in
+        """Runs ``fn(*args, **kwargs)`` on every worker; returns the results in
         rank order. When a worker dies, raises WorkerFailedError naming its
         rank and node; when fn raises on a worker, raises that error (the
         first in time), after the other ranks ended (their kolo operations
@@ -279,6 +280,7 @@ class RayExecutor:
         return out
 
     def describe(self, rank):
+        """"rank R (node IP, pid P)": how errors name a started worker."""
         info = self._infos[rank]
         return "rank %d (node %s, pid %d)" % (rank, info["ip"], info["pid"])
 

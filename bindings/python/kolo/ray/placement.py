@@ -8,9 +8,12 @@ on the node, cross_rank the node's index, cross_size the number of nodes.
 import time
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+"""The placement strategies Ray's placement groups accept."""
 
 
 def bundles_for(num_workers, cpus_per_worker, gpus_per_worker, resources_per_worker=None):
+    """num_workers equal placement-group bundles ({"CPU": ..., "GPU": ...,
+    other resources}); resources of 0 or None are left out."""
     bundle = {}
     if cpus_per_worker:
         bundle["CPU"] = float(cpus_per_worker)
@@ -114,4 +117,5 @@ class Deadline:
         self._end = time.monotonic() + seconds
 
     def left(self):
+        """Seconds until the deadline, 0.0 once it passed."""
         return max(0.0, self._end - time.monotonic())

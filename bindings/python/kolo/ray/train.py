@@ -1,5 +1,5 @@
 """Ray Train backend for kolo: `KoloConfig` runs a kolo.torch (Horovod-style)
-training loop under Ray Train's DataParallelTrainer.
+training loop under Ray Train's DataParallelTrainer::
 
     from ray.train import ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Union
 from kolo.ray._ray import INSTALL_HINT, require_ray
 
 ray = require_ray()
+"""The ray module (ImportError naming the install command when missing)."""
 try:
     from ray.train.backend import Backend, BackendConfig
 except ImportError as _error:  # Ray without its [train] extra
@@ -49,6 +50,8 @@ except ImportError as _error:  # Ray without its [train] extra
         from _error
 
 logger = logging.getLogger(__name__)
+"""Where the backend logs (``kolo.ray.train``): the job's layout at start,
+engines that did not shut down in time."""
 
 # Variables the backend sets in each worker before the training function runs
 # (and removes at shutdown). kolo reads them at hvd.init().
@@ -108,13 +111,18 @@ class KoloConfig(BackendConfig):
 
     @property
     def backend_cls(self):
+        """KoloBackend (Ray Train's BackendConfig interface)."""
         return KoloBackend
 
     @property
     def train_func_context(self):
+        """A context manager around the training function in each worker:
+        with GPUs, makes the worker's own GPU the current CUDA device."""
         return _select_cuda_device
 
     def to_dict(self) -> Dict:
+        """The settings as a dict, for Ray Train's run state (no secret is
+        part of the config)."""
         # Ray Train exports this in its run state; the secret is not part of
         # the config, so everything here is safe to show.
         return {"timeout_s": self.timeout_s, "nics": self.iface(),
@@ -204,6 +212,9 @@ class KoloBackend(Backend):
     share_cuda_visible_devices: bool = True
 
     def on_start(self, worker_group, backend_config: KoloConfig):
+        """Before the training function: numbers the workers (layout()),
+        picks rank 0's node and a free port there, draws a fresh secret and
+        sets each worker's kolo identity in its own os.environ."""
         size = len(worker_group)
         # Ray Train numbers the workers of a node by node address (V2) or node
         # id (V1); the two differ only for several Ray nodes on one address,
@@ -234,6 +245,9 @@ class KoloBackend(Backend):
                     ranks[0]["cross_size"], addr, port)
 
     def on_shutdown(self, worker_group, backend_config: KoloConfig):
+        """After training: shuts down the engines the training function left
+        running (waiting at most shutdown_timeout_s, then only warning) and
+        removes the variables on_start() set."""
         names = sorted(set(_IDENTITY_VARS) | set(_config_env(backend_config)))
         pending = worker_group.execute_async(_shutdown_worker, names)
         ready, not_ready = ray.wait(pending, num_returns=len(pending),

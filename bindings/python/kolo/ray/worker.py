@@ -26,6 +26,8 @@ class KoloWorker:
         self._state = None
 
     def node_info(self):
+        """Where this actor runs: node_id, ip, hostname, pid and the GPU ids
+        Ray gave it (strings)."""
         import ray
         ctx = ray.get_runtime_context()
         return {
@@ -50,6 +52,8 @@ class KoloWorker:
         return os.getpid()
 
     def run(self, fn, args, kwargs):
+        """Returns ``fn(*args, **kwargs)``. An exception fails the other ranks'
+        pending operations with this rank's error, then propagates."""
         try:
             return fn(*(args or ()), **(kwargs or {}))
         except BaseException as e:
@@ -57,6 +61,8 @@ class KoloWorker:
             raise
 
     def execute(self, fn):
+        """Returns fn(state), state being the object setup() made. Errors as
+        run()."""
         try:
             return fn(self._state)
         except BaseException as e:

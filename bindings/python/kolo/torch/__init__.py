@@ -1,5 +1,7 @@
 """kolo.torch: the horovod.torch API on the kolo engine.
 
+Usage::
+
     import kolo.torch as hvd      # was: import horovod.torch as hvd
     hvd.init()
     ...
@@ -86,6 +88,8 @@ __version__ = _kolo.build_info()["version"]
 
 # For scripts that catch horovod's name for "the job cannot go on".
 HorovodInternalError = KoloInternalError
+"""Horovod's name for KoloInternalError (the same class), for scripts that
+catch ``hvd.HorovodInternalError``."""
 
 _BUILD = _kolo.build_info()
 
@@ -94,12 +98,28 @@ def init(comm=None, process_sets=None):
     """Joins the job started by kolorun (or torchrun, mpirun, Slurm; no
     launcher: a job of size 1).
 
-    process_sets: ProcessSet objects (or lists of ranks) to create now, the
-    same on every rank; they get ids 1, 2, ... in this order. "dynamic" is
-    accepted for Horovod compatibility: kolo always allows
-    add_process_set/remove_process_set. comm (an MPI communicator) is not
-    supported. Calling init() again while initialized does nothing (as in
-    Horovod); shutdown() first to start a new engine."""
+    Reads the KOLO_* configuration and the launcher's environment, meets the
+    other ranks at the job's rendezvous store (bounded by KOLO_TIMEOUT) and
+    starts kolo's engine. Calling init() again while initialized does
+    nothing (as in Horovod); shutdown() first to start a new engine. After
+    init(), an uncaught exception on this rank is reported to the other
+    ranks as this rank's error before the process exits.
+
+    Args:
+        comm: an MPI communicator in Horovod; not supported (must be None).
+        process_sets: ProcessSet objects (or lists of ranks) to create now,
+            the same on every rank; they get ids 1, 2, ... in this order.
+            "dynamic" is accepted for Horovod compatibility: kolo always
+            allows add_process_set/remove_process_set.
+
+    Raises:
+        NotImplementedError: comm is given.
+        ValueError: process_sets is malformed, or (when already
+            initialized) names a set that does not exist.
+        KoloInvalidArgumentError: (a ValueError) a malformed KOLO_* or
+            launcher variable, or ranks that passed different process_sets.
+        KoloInternalError: the rendezvous failed or timed out.
+    """
     if comm is not None:
         raise NotImplementedError(
             "kolo.torch.init(comm=...): kolo does not run on an existing mpi4py communicator; "
@@ -136,14 +156,30 @@ def _install_excepthook():
 
 
 def shutdown():
-    """Leaves the job; pending operations fail. init() may be called again."""
+    """Leaves the job; pending operations fail. init() may be called again.
+
+    Idempotent. The other ranks' pending operations fail with a
+    KoloInternalError naming this rank as shut down.
+    """
     _kolo.shutdown()
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Starts writing a Chrome-trace timeline (rank r > 0 writes
-    <file>.rank<r>.json). mark_cycles follows KOLO_TIMELINE_MARK_CYCLES,
-    which is read at init()."""
+    """Starts writing a Chrome-trace timeline of this rank's operations.
+
+    Replaces a timeline already running. Call it on every rank: rank r > 0
+    writes file_path with ".rank<r>" inserted before a ".json" suffix.
+
+    Args:
+        file_path (str or os.PathLike): the file to write (rank 0's).
+        mark_cycles (bool): kolo reads KOLO_TIMELINE_MARK_CYCLES at init()
+            instead; True without that variable set only warns (unlike
+            Horovod, where it takes effect here).
+
+    Raises:
+        KoloInvalidArgumentError: the file cannot be created, or kolo is not
+            initialized.
+    """
     if mark_cycles and not _kolo.runtime_config()["timeline_mark_cycles"]:
         _warnings.warn("start_timeline(mark_cycles=True): set KOLO_TIMELINE_MARK_CYCLES=1 "
                        "before init() to mark cycles", stacklevel=2)
@@ -151,36 +187,47 @@ def start_timeline(file_path, mark_cycles=False):
 
 
 def stop_timeline():
-    """Stops the timeline; returns once its file is complete."""
+    """Stops the timeline; returns once its file is complete (valid JSON).
+
+    Does nothing when no timeline runs. Raises KoloInvalidArgumentError
+    before init().
+    """
     _kolo.stop_timeline()
 
 
 def gloo_built():
+    """True: every kolo build has Gloo (control plane and CPU collectives)."""
     return _BUILD["gloo"]
 
 
 def mpi_built():
+    """True when this kolo was built with MPI (``kolorun --mpi``, mpirun)."""
     return _BUILD["mpi"]
 
 
 def nccl_built():
-    """The NCCL version kolo was built with (e.g. 22809), 0 without NCCL."""
+    """The NCCL version kolo was built with (e.g. 22809 for 2.28.9), 0
+    without NCCL. Horovod returns a bool; the version is truthy likewise."""
     return int(_BUILD["nccl_version"])
 
 
 def cuda_built():
+    """True when this kolo was built with CUDA (collectives on CUDA tensors)."""
     return _BUILD["cuda"]
 
 
 def rocm_built():
+    """False: kolo has no ROCm support."""
     return False
 
 
 def ddl_built():
+    """False: kolo has no IBM DDL support."""
     return False
 
 
 def ccl_built():
+    """False: kolo has no oneCCL support."""
     return False
 
 
@@ -195,9 +242,13 @@ def mpi_enabled():
 
 
 def mpi_threads_supported():
+    """True when this job's CPU collectives run over MPI. kolo uses MPI only
+    with at least MPI_THREAD_SERIALIZED (init() fails otherwise); Horovod's
+    answer is about MPI_THREAD_MULTIPLE."""
     return mpi_enabled()
 
 
 def is_homogeneous():
-    """True when every host runs the same number of ranks."""
+    """True when every host runs the same number of ranks
+    (local_size() * cross_size() == size()). Raises before init()."""
     return local_size() * cross_size() == size()

@@ -12,6 +12,8 @@ class Compressor:
 
     @staticmethod
     def decompress(tensor, ctx):
+        """Returns the tensor compress() started from, given the reduced
+        tensor and compress()'s context."""
         raise NotImplementedError
 
 
@@ -20,10 +22,12 @@ class NoneCompressor(Compressor):
 
     @staticmethod
     def compress(tensor):
+        """Returns (tensor, None)."""
         return tensor, None
 
     @staticmethod
     def decompress(tensor, ctx):
+        """Returns tensor."""
         return tensor
 
 
@@ -31,12 +35,15 @@ def _cast_compressor(wire_dtype, doc):
     class _Cast(Compressor):
         @staticmethod
         def compress(tensor):
+            """Floating tensors of another type cast to the wire type, with
+            their dtype as the context; others as they are."""
             if tensor.dtype.is_floating_point and tensor.dtype != wire_dtype:
                 return tensor.to(wire_dtype), tensor.dtype
             return tensor, None
 
         @staticmethod
         def decompress(tensor, ctx):
+            """Casts back to the original dtype (ctx)."""
             return tensor if ctx is None else tensor.to(ctx)
 
     _Cast.__doc__ = doc
@@ -55,5 +62,8 @@ class Compression:
     """The available compressors: ``none``, ``fp16``, ``bf16``."""
 
     none = NoneCompressor
+    """No compression (the default)."""
     fp16 = FP16Compressor
+    """Floating tensors travel as float16."""
     bf16 = BF16Compressor
+    """Floating tensors travel as bfloat16 (kolo's own; Horovod has fp16 only)."""

@@ -37,8 +37,25 @@ def _named_tensors(params):
 def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
     """Overwrites every tensor of params with root_rank's, in place.
 
-    params: a state_dict (parameters and buffers), named_parameters() or a
-    list of tensors. Collective: every rank passes the same names.
+    Collective: every rank of process_set calls it with the same names.
+    Each tensor is broadcast as ``broadcast_parameters.<name>``, all of
+    them in flight at once; the call returns when all have arrived.
+
+    Args:
+        params: a state_dict (parameters and buffers), named_parameters(),
+            a list of (name, tensor) pairs or a list of tensors (named
+            ``param.<i>``).
+        root_rank (int): the rank (of the job) whose values everyone gets.
+        prefix (str): prepended to every name (the names of the
+            broadcasts; the same on every rank).
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Raises:
+        ValueError: params is not one of the above, or holds a non-tensor;
+            KoloInvalidArgumentError (a ValueError) for duplicate names.
+        KoloMismatchError: (a ValueError) the ranks passed different names,
+            shapes or dtypes.
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     named = _named_tensors(params)
     if prefix:
@@ -53,10 +70,25 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """root_rank's obj (pickled, with cloudpickle when it is installed) on
-    every rank; other ranks' obj is ignored, and root gets its own obj back
-    (as in Horovod). Unnamed calls take the next generated name, so they must
-    come in the same order on every rank."""
+    """root_rank's obj on every rank of process_set.
+
+    obj is pickled with cloudpickle when it is installed (lambdas, local
+    classes), else pickle. Other ranks' obj is ignored, and root gets its
+    own obj back (as in Horovod).
+
+    Args:
+        obj: the object (used on root_rank only).
+        root_rank (int): the sending rank (of the job).
+        name (str): the operation's name; None takes the next generated
+            one, so unnamed calls must come in the same order on every rank.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        root_rank's object (on root itself, obj unchanged).
+
+    Raises:
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     is_root = _kolo.rank() == root_rank
     received = _kolo.broadcast_object_bytes(_dumps(obj) if is_root else b"", root_rank,
                                             "" if name is None else name, _id(process_set))
@@ -64,8 +96,24 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """The list of every rank's obj (pickled, with cloudpickle when it is
-    installed), in rank order."""
+    """The list of every rank's obj, in the set's rank order.
+
+    Objects are pickled (cloudpickle when installed) and may differ in size
+    between ranks; two allgathers named ``<name>.sizes`` and
+    ``<name>.data``.
+
+    Args:
+        obj: this rank's object.
+        name (str): base name; None takes the next generated one (then calls
+            must come in the same order on every rank).
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list: one object per rank of the set.
+
+    Raises:
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
     base = name if name is not None else _kolo.next_name("allgather_object", _id(process_set))
     sizes = ops.synchronize(ops.allgather_async(
@@ -139,7 +187,19 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     layout. Unlike Horovod, no dummy step is taken, so parameters are never
     touched; as after Horovod's, a rank whose state was empty has a zero
     gradient on every parameter that requires one and had none (sparse for
-    SparseAdam). model is accepted for Horovod compatibility.
+    SparseAdam).
+
+    Args:
+        optimizer (torch.optim.Optimizer): the optimizer (a
+            DistributedOptimizer works too).
+        root_rank (int): the rank (of the job) whose state everyone gets.
+        model: accepted for Horovod compatibility and ignored.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Raises:
+        ValueError: optimizer is torch.optim.LBFGS (or, from
+            load_state_dict, its layout differs from root_rank's).
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     del model
     if isinstance(optimizer, torch.optim.LBFGS):

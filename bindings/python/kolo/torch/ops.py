@@ -23,12 +23,21 @@ from kolo.torch.compression import Compression
 from kolo.torch.process_sets import _id, global_process_set
 
 ReduceOp = _kolo.ReduceOp
+"""How a reduction combines the ranks' tensors (the ``op=`` argument)."""
 Average = ReduceOp.Average
+"""Sum over the ranks of the process set divided by their number (integers:
+truncated). The default op."""
 Sum = ReduceOp.Sum
+"""Elementwise sum over the ranks."""
 Min = ReduceOp.Min
+"""Elementwise minimum over the ranks."""
 Max = ReduceOp.Max
+"""Elementwise maximum over the ranks."""
 Product = ReduceOp.Product
+"""Elementwise product over the ranks."""
 Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (see README "Adasum")
+"""Adaptive summation (Maleki et al.): for allreduce of floating-point
+tensors on the CPU only (CUDA tensors raise KoloInvalidArgumentError)."""
 
 
 def _name(name):
@@ -80,9 +89,20 @@ class Handle:
         self._done = False
 
     def poll(self):
+        """True once the operation finished (successfully or not); never
+        blocks."""
         return all(h.poll() for h in self._handles)
 
     def wait(self):
+        """Blocks (without the GIL) until the operation finished.
+
+        Returns:
+            The operation's result (what the blocking variant returns).
+
+        Raises:
+            KoloMismatchError, KoloInvalidArgumentError, KoloInternalError:
+                the operation's error, as the blocking variant raises it.
+        """
         if not self._done:
             outputs = [h.wait() for h in self._handles]
             self._result = self._finish(outputs, self._handles)
@@ -124,6 +144,20 @@ def _copy_back(tensors):
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts allreduce() and returns at once (not differentiable).
+
+    Takes allreduce()'s arguments but compression. Leave tensor unchanged until
+    the handle completes: kolo reads it while the operation runs.
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns the reduced tensor (new).
+
+    Raises:
+        ValueError: op and average both given, or op is not a ReduceOp.
+        KoloInvalidArgumentError: (a ValueError) a bad tensor, this rank
+            outside process_set, or name in flight already. Errors of the
+            negotiation and of peers come from synchronize().
+    """
     op = _resolve_op(op, average)
     return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
                                          postscale_factor, False, _id(process_set))], _single)
@@ -131,6 +165,16 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce and returns at once (not differentiable).
+
+    Takes allreduce_async()'s arguments. The result is written into tensor when the
+    handle completes; leave tensor alone until then.
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns tensor, reduced.
+
+    Raises what allreduce_async() raises.
+    """
     op = _resolve_op(op, average)
     return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
                                          postscale_factor, True, _id(process_set))], _single)
@@ -138,7 +182,21 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    """In-place allreduce; returns tensor. Not differentiable."""
+    """In-place allreduce; returns tensor. Not differentiable.
+
+    Takes allreduce()'s arguments but compression.
+
+    Returns:
+        torch.Tensor: tensor itself, holding the reduction.
+
+    Raises:
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device), this rank
+            is not in process_set, or the name is in flight already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
@@ -184,11 +242,41 @@ class _Allreduce(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces tensor over the ranks of process_set (default: all; op
-    default: Average); returns a new tensor.
+    """Reduces tensor over the ranks of process_set; returns a new tensor.
 
     Differentiable: the gradient is the same reduction of the gradients
     (Min/Max: shared among the ranks that hold the extremum).
+
+    Args:
+        tensor (torch.Tensor): a dense CPU or CUDA tensor of float32/64,
+            float16, bfloat16, int64/32/16, int8, uint8 or bool; the same
+            shape and dtype on every rank. Non-contiguous tensors are copied.
+        average (bool): deprecated (as in Horovod): True means Average,
+            False Sum. Give op instead.
+        name (str): the operation's name, the same on every rank; None takes
+            the next generated name, so unnamed operations must come in the
+            same order on every rank. Naming hot-loop operations lets kolo
+            skip negotiation (response cache).
+        compression: Compression.none, .fp16 or .bf16: floating tensors
+            travel in that type and the result is cast back.
+        op (ReduceOp): Average (default), Sum, Min, Max, Product or Adasum.
+        prescale_factor (float): multiplies tensor before the reduction.
+        postscale_factor (float): multiplies the result after it.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: the reduction, a new tensor of tensor's shape and dtype.
+
+    Raises:
+        ValueError: op and average both given, or op is not a ReduceOp.
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device, Average or
+            scale factors on bool, Adasum on a non-float or CUDA tensor),
+            this rank is not in process_set, or the name is in flight
+            already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     op = _resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
@@ -201,7 +289,16 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    """One handle for the group; synchronize() returns the list of results."""
+    """Starts grouped_allreduce() and returns at once (not differentiable).
+
+    Takes grouped_allreduce()'s arguments but compression.
+
+    Returns:
+        Handle: one for the group; ``synchronize(handle)`` returns the list
+        of reduced tensors (new), in the order of tensors.
+
+    Raises what allreduce_async() raises.
+    """
     op = _resolve_op(op, average)
     handles = _kolo.grouped_allreduce_async(list(tensors), op, _name(name), prescale_factor,
                                             postscale_factor, _id(process_set))
@@ -210,6 +307,14 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place grouped allreduce and returns at once.
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns the list tensors, each
+        holding its reduction.
+
+    Raises what allreduce_async() raises.
+    """
     tensors = list(tensors)
     op = _resolve_op(op, average)
     handles = _kolo.grouped_allreduce_async(tensors, op, _name(name), prescale_factor,
@@ -219,6 +324,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped_allreduce(); returns the list of tensors, reduced.
+
+    Not differentiable. Raises what allreduce() raises.
+    """
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
@@ -245,7 +354,21 @@ class _GroupedAllreduce(torch.autograd.Function):
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Allreduces a list of tensors, negotiated and fused as one unit."""
+    """Allreduces a list of tensors, negotiated and fused as one unit.
+
+    No member runs until every member is ready on every rank of the set.
+    The members are named ``<name>.<i>``. Differentiable for Sum and Average.
+
+    Args:
+        tensors (list[torch.Tensor]): the tensors (not empty); the other
+            arguments are allreduce()'s.
+
+    Returns:
+        list[torch.Tensor]: the reductions, new tensors in the order of
+        tensors.
+
+    Raises what allreduce() raises.
+    """
     op = _resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(op, name, prescale_factor, postscale_factor, process_set,
@@ -257,6 +380,15 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts allgather() and returns at once (not differentiable).
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns the gathered tensor.
+
+    Raises:
+        KoloInvalidArgumentError: (a ValueError) as allreduce_async();
+            later errors come from synchronize().
+    """
     return Handle([_kolo.allgather_async(tensor, _name(name), _id(process_set))], _single)
 
 
@@ -293,11 +425,27 @@ class _Allgather(torch.autograd.Function):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's tensor along dim 0 (first dim may differ),
-    in the set's rank order.
+    """Concatenates every rank's tensor along dim 0, in the set's rank order.
 
     Differentiable (horovod.torch's convention): the gradient is this rank's
     rows of the average of the output gradients over the set.
+
+    Args:
+        tensor (torch.Tensor): dtypes and devices as allreduce(); the first
+            dimension may differ between ranks, the others must match.
+        name (str): as allreduce().
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: every rank's rows, rank after rank.
+
+    Raises:
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device), this rank
+            is not in process_set, or the name is in flight already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     return _Allgather.apply(tensor, name, process_set)
 
@@ -306,7 +454,12 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """One handle for the group; synchronize() returns the list of results."""
+    """Starts grouped_allgather() and returns at once (not differentiable).
+
+    Returns:
+        Handle: one for the group; ``synchronize(handle)`` returns the list
+        of gathered tensors.
+    """
     handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _id(process_set))
     return Handle(handles, _listed)
 
@@ -327,8 +480,19 @@ class _GroupedAllgather(torch.autograd.Function):
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """Allgathers a list of tensors, negotiated as one unit. Differentiable
-    like allgather, element-wise."""
+    """Allgathers a list of tensors, negotiated as one unit.
+
+    Differentiable like allgather, element-wise.
+
+    Args:
+        tensors (list[torch.Tensor]): as allgather()'s tensor, each; name
+            and process_set as allgather().
+
+    Returns:
+        list[torch.Tensor]: the gathered tensors, in the order of tensors.
+
+    Raises what allgather() raises.
+    """
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -336,17 +500,31 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcast() and returns at once (not differentiable).
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns root_rank's tensor (new).
+    """
     return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), False,
                                          _id(process_set))], _single)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts an in-place broadcast and returns at once.
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns tensor, overwritten with
+        root_rank's values (leave tensor alone until then).
+    """
     return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), True,
                                          _id(process_set))], _single)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast; returns tensor. Not differentiable."""
+    """In-place broadcast: overwrites tensor with root_rank's; returns tensor.
+
+    Not differentiable. Arguments and errors as broadcast().
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -371,6 +549,25 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
     Differentiable (horovod.torch's convention): root receives the average
     of the set's output gradients, the other ranks zeros.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank; only
+            root_rank's values matter.
+        root_rank (int): the sending rank, a rank of the job (hvd.rank()),
+            member of process_set.
+        name (str): as allreduce().
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: root_rank's values.
+
+    Raises:
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device), this rank
+            is not in process_set, or the name is in flight already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
@@ -392,7 +589,12 @@ def _alltoall_finish(outputs, handles):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """synchronize() returns (tensor, received_splits)."""
+    """Starts alltoall() and returns at once (not differentiable).
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns (tensor, received_splits),
+        received_splits an int32 tensor, whether or not splits was given.
+    """
     return Handle([_kolo.alltoall_async(tensor, _splits_list(splits), _name(name),
                                         _id(process_set))], _alltoall_finish)
 
@@ -415,11 +617,31 @@ class _Alltoall(torch.autograd.Function):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[j] rows (dim 0) to the set's rank j (None: an even split).
+    """Sends splits[j] rows (dim 0) to the set's rank j, receives from each.
 
-    Returns the rows received, in the set's rank order; with splits given,
-    returns (tensor, received_splits) like horovod.torch. Differentiable:
-    the gradient is an alltoall back with the received splits.
+    Differentiable: the gradient is an alltoall back with the received
+    splits.
+
+    Args:
+        tensor (torch.Tensor): the rows to send; dtypes as allreduce().
+        splits (list[int] or torch.Tensor): rows for each rank of the set
+            (len = the set's size, sum = tensor.shape[0]); None splits
+            evenly (tensor.shape[0] must divide by the set's size).
+        name (str): as allreduce().
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        The rows received, in the set's rank order; with splits given,
+        (tensor, received_splits) like horovod.torch, received_splits an
+        int32 tensor of the rows from each rank.
+
+    Raises:
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device), this rank
+            is not in process_set, or the name is in flight already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
     """
     out, received = _Alltoall.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
@@ -430,6 +652,12 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducescatter() and returns at once (not differentiable).
+
+    Returns:
+        Handle: ``synchronize(handle)`` returns this rank's rows of the
+        reduction.
+    """
     return Handle([_kolo.reducescatter_async(tensor, _check_op(op), _name(name),
                                              prescale_factor, postscale_factor,
                                              _id(process_set))], _single)
@@ -466,9 +694,29 @@ class _Reducescatter(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces over the set's ranks (default Average) and returns this rank's
-    rows of dim 0 (split as evenly as possible, the first ranks taking the
-    rest). Differentiable (Sum and Average)."""
+    """Reduces over the set's ranks and returns this rank's rows of dim 0.
+
+    The rows are split as evenly as possible, the first ranks taking the
+    rest. Differentiable for Sum and Average.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank.
+        name (str): as allreduce(); so are compression, prescale_factor,
+            postscale_factor and process_set.
+        op (ReduceOp): Average (default), Sum, Min, Max or Product.
+
+    Returns:
+        torch.Tensor: this rank's share of the reduction.
+
+    Raises:
+        ValueError: op is not a ReduceOp.
+        KoloInvalidArgumentError: (a ValueError) the tensor is rejected
+            (undefined, sparse, an unsupported dtype or device), this rank
+            is not in process_set, or the name is in flight already.
+        KoloMismatchError: (a ValueError) the ranks disagree about the
+            operation of this name (dtype, shape, op, root, ...).
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     compressed, cctx = compression.compress(tensor)
     out = _Reducescatter.apply(compressed, name, _check_op(op), prescale_factor,
                                postscale_factor, process_set)
@@ -480,7 +728,12 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
                                 postscale_factor=1.0, process_set=global_process_set):
-    """One handle for the group; synchronize() returns the list of results."""
+    """Starts grouped_reducescatter() and returns at once.
+
+    Returns:
+        Handle: one for the group; ``synchronize(handle)`` returns the list
+        of this rank's shares.
+    """
     handles = _kolo.grouped_reducescatter_async(list(tensors), _check_op(op), _name(name),
                                                 prescale_factor, postscale_factor,
                                                 _id(process_set))
@@ -505,7 +758,16 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           prescale_factor=1.0, postscale_factor=1.0,
                           process_set=global_process_set):
     """Reducescatters a list of tensors, negotiated as one unit.
-    Differentiable like reducescatter, element-wise."""
+
+    Differentiable like reducescatter, element-wise.
+
+    Args:
+        tensors (list[torch.Tensor]): as reducescatter()'s tensor, each;
+            the other arguments are reducescatter()'s.
+
+    Returns:
+        list[torch.Tensor]: this rank's shares, in the order of tensors.
+    """
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatter.apply(name, _check_op(op), prescale_factor, postscale_factor,
                                        process_set, *[p[0] for p in pairs])
@@ -520,12 +782,28 @@ def join(device=-1, process_set=global_process_set):
     it takes part in the set's operations with a neutral contribution:
     zeros for allreduce and reducescatter sums (the identity of Min, Max,
     Product), no rows for allgather and alltoall, and it receives
-    broadcasts. Returns the last rank to join. device is accepted for
-    Horovod compatibility (kolo needs no device for it)."""
+    broadcasts (it cannot be a root).
+
+    Args:
+        device: accepted for Horovod compatibility and ignored (kolo needs
+            no device for join).
+        process_set (ProcessSet): the ranks that join (default: all).
+
+    Returns:
+        int: the last rank (of the job) to join.
+
+    Raises:
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     del device
     return _kolo.join(_id(process_set))
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank of process_set reached the barrier."""
+    """Returns once every rank of process_set reached the barrier.
+
+    Raises:
+        KoloInvalidArgumentError: this rank is not in process_set.
+        KoloInternalError: a peer failed, timed out or shut down.
+    """
     _kolo.barrier(_id(process_set))

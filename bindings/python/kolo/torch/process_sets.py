@@ -1,5 +1,7 @@
 """Process sets: subsets of the ranks that run collectives among themselves.
 
+Usage::
+
     even = hvd.ProcessSet([0, 2])
     hvd.init(process_sets=[even])              # static, or later:
     odd = hvd.add_process_set([1, 3])          # dynamic (always allowed)
@@ -19,7 +21,16 @@ from kolo import _kolo
 
 class ProcessSet:
     """A set of ranks, registered with kolo by init(process_sets=[...]) or
-    add_process_set(), which sets ``process_set_id``."""
+    add_process_set(), which sets ``process_set_id``.
+
+    Args:
+        ranks_or_comm (list[int]): ranks of the job, any order (kept
+            sorted in ``ranks``). Horovod also takes an MPI communicator
+            here; kolo does not.
+
+    Raises:
+        ValueError: not a list of int ranks.
+    """
 
     def __init__(self, ranks_or_comm):
         if not hasattr(ranks_or_comm, "__iter__") or isinstance(ranks_or_comm, (str, bytes)):
@@ -61,6 +72,8 @@ class ProcessSet:
         return _kolo.rank() in _kolo.process_set_ranks(self.process_set_id)
 
     def invalidate(self):
+        """Forgets the registration (remove_process_set() and elastic resets
+        call it); the object cannot be used in operations afterwards."""
         self.process_set_id = None
         self.ranks = None
 
@@ -73,6 +86,8 @@ class ProcessSet:
 
 # Every rank; its ranks are filled in by init().
 global_process_set = ProcessSet([])
+"""The set of every rank (id 0), the default process_set of every
+operation; its ranks are filled in by init()."""
 global_process_set.process_set_id = 0
 
 _registered = {0: [global_process_set]}  # id -> ProcessSet objects with that id

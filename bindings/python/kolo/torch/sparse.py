@@ -27,9 +27,13 @@ class SparseHandle:
         self._result = None
 
     def poll(self):
+        """True once both allgathers finished; never blocks."""
         return self._indices.poll() and self._values.poll()
 
     def wait(self):
+        """Blocks until done and returns the reduced sparse COO tensor
+        (uncoalesced); raises the allgathers' error (KoloError). Waiting
+        again returns the same tensor."""
         if self._result is None:
             values = self._values.wait()
             indices = self._indices.wait()
@@ -47,7 +51,25 @@ def sparse_allreduce_async(tensor, name=None, op=None, process_set=global_proces
     """Starts the reduction of a sparse COO tensor over all ranks (op Average,
     the default, or Sum) through two allgathers named ``<name>.indices`` and
     ``<name>.values`` among the ranks of process_set; returns a SparseHandle.
-    The number of nonzero entries may differ between ranks."""
+    The number of nonzero entries may differ between ranks.
+
+    Args:
+        tensor (torch.Tensor): a sparse COO tensor of the same size on every
+            rank.
+        name (str): base name of the two allgathers; None takes the next
+            generated one (then calls must come in the same order on every
+            rank).
+        op (ReduceOp): Average (default) or Sum.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        SparseHandle: ``handle.wait()`` (or ``handle()``, or
+        ``synchronize(handle)``) gives the result.
+
+    Raises:
+        ValueError: op is not Average or Sum, or tensor is not sparse.
+        KoloInvalidArgumentError: as allgather_async().
+    """
     if op is None:
         op = ops.Average
     if op not in (ops.Average, ops.Sum):

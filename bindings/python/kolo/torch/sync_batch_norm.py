@@ -21,6 +21,15 @@ class SyncBatchNorm(_BatchNorm):
     Every rank must run the layer's forward and backward the same number of
     times in the same order; build the model the same way on every rank (the
     layer's collectives are named after the order of construction).
+
+    Args:
+        num_features (int): C of an (N, C, ...) input.
+        eps (float): added to the variance.
+        momentum (float or None): factor of the running-statistics update;
+            None: a cumulative average.
+        affine (bool): learn a weight and a bias.
+        track_running_stats (bool): keep running mean and variance (for eval
+            mode).
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
@@ -33,6 +42,9 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
 
     def forward(self, input):
+        """Normalizes input (N, C, ...): with all ranks' statistics in
+        training mode (collective), as torch.nn.BatchNorm otherwise or when
+        the job has one rank. Raises ValueError for inputs under 2D."""
         self._check_input_dim(input)
         # torch.nn.modules.batchnorm._BatchNorm's bookkeeping.
         factor = 0.0 if self.momentum is None else self.momentum

@@ -1,5 +1,7 @@
 """kolo.torch.elastic: elastic training, as horovod.torch.elastic.
 
+Usage::
+
     import kolo.torch as hvd            # was: import horovod.torch as hvd
     hvd.init()
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
@@ -54,6 +56,19 @@ def run(func):
     hvd.init() and the first call (a new worker joins at that sync).
 
     Outside an elastic job the state is synced once and failures propagate.
+
+    Args:
+        func: called as ``func(state, *args, **kwargs)``; state is a State
+            (usually a TorchState) whose commit() it calls regularly.
+
+    Returns:
+        The wrapper, called as func would be; it returns func's result.
+        It raises what func raises other than KoloInternalError and
+        HostsUpdatedInterrupt.
+
+    Raises:
+        KoloInternalError: re-forming the world failed (the job is ending,
+            e.g. fewer workers than --min-np are left).
     """
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):

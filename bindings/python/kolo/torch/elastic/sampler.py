@@ -17,6 +17,11 @@ class ElasticSampler(torch.utils.data.Sampler):
     a prefix of the epoch's order) and set_epoch(epoch + 1) at the end of an
     epoch, not its start. Keep it in the TorchState so that commits save its
     progress, restores roll it back and sync() gives every rank rank 0's.
+
+    Args:
+        dataset: anything with len(); only its length is used.
+        shuffle (bool): permute each epoch's indices (seed + epoch).
+        seed (int): the permutation's base seed, the same on every rank.
     """
 
     def __init__(self, dataset, shuffle=True, seed=0):
@@ -29,10 +34,12 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     @property
     def epoch(self):
+        """The current epoch (set_epoch())."""
         return self._core.epoch
 
     @property
     def processed_num(self):
+        """How many indices of this epoch all ranks together processed."""
         return self._core.processed_num
 
     @property
@@ -54,9 +61,11 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self._core.get_indices(int(batch_idx), int(batch_size))
 
     def state_dict(self):
+        """{"epoch": ..., "processed_num": ...}: what a TorchState saves."""
         return dict(epoch=self._core.epoch, processed_num=self._core.processed_num)
 
     def load_state_dict(self, state_dict):
+        """Takes a state_dict() back and re-partitions (reset())."""
         self._core.load_state_dict("epoch=%d processed=%d" % (state_dict["epoch"],
                                                                state_dict["processed_num"]))
         self.reset()

@@ -36,6 +36,8 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """Runs the registered reset callbacks in order (run() calls it after
+        every re-initialisation)."""
         for callback in self._reset_callbacks:
             callback()
 
@@ -56,12 +58,18 @@ class State:
             raise HostsUpdatedInterrupt(False)
 
     def save(self):
+        """Copies the state in memory (what restore() returns to). Local;
+        commit() calls it."""
         raise NotImplementedError()
 
     def restore(self):
+        """Puts back the copy of the last save(). Local; run() calls it after
+        a peer failed."""
         raise NotImplementedError()
 
     def sync(self):
+        """Makes every rank's state rank 0's. Collective: every rank calls
+        it (run() does, after every reset)."""
         raise NotImplementedError()
 
 
@@ -75,13 +83,17 @@ class ObjectState(State):
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self):
+        """Deep-copies the current attribute values."""
         self._saved_state = {attr: copy.deepcopy(getattr(self, attr))
                              for attr in self._saved_state}
 
     def restore(self):
+        """Sets the attributes back to the last save()."""
         self._set_attrs()
 
     def sync(self):
+        """Broadcasts rank 0's attribute values (one pickled object) and
+        takes them as the saved state too. Collective."""
         if self._saved_state:
             current = {attr: getattr(self, attr) for attr in self._saved_state}
             self._saved_state = self._bcast_object(current)
@@ -99,43 +111,58 @@ class StateHandler:
         self.value = value
 
     def save(self):
+        """Copies value's state in memory."""
         raise NotImplementedError()
 
     def restore(self):
+        """Puts back the copy of the last save() into value."""
         raise NotImplementedError()
 
     def sync(self):
+        """Makes value's state rank 0's on every rank (collective)."""
         raise NotImplementedError()
 
     def set_value(self, value):
+        """Replaces the object (``state.model = new_model``) and saves it."""
         self.value = value
         self.save()
 
 
 class ModelStateHandler(StateHandler):
+    """A torch.nn.Module: its state_dict (parameters and buffers)."""
+
     def __init__(self, model):
         super().__init__(model)
         self.save()
 
     def save(self):
+        """Deep-copies the module's state_dict."""
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        """Loads the saved state_dict back."""
         self.value.load_state_dict(self._saved)
 
     def sync(self):
+        """broadcast_parameters(state_dict, root_rank=0). Collective."""
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
 class OptimizerStateHandler(StateHandler):
+    """A torch.optim optimizer or DistributedOptimizer: its state_dict. A
+    DistributedOptimizer's step interrupted by a failure is dropped first."""
+
     def __init__(self, optimizer):
         super().__init__(optimizer)
         self.save()
 
     def save(self):
+        """Deep-copies the optimizer's state_dict."""
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        """Drops an interrupted step's gradients in flight and loads the
+        saved state_dict back."""
         # A step interrupted by a failure left gradients in flight.
         abandon = getattr(self.value, "_kolo_abandon_step", None)
         if abandon is not None:
@@ -143,6 +170,7 @@ class OptimizerStateHandler(StateHandler):
         self.value.load_state_dict(self._saved)
 
     def sync(self):
+        """broadcast_optimizer_state(optimizer, root_rank=0). Collective."""
         abandon = getattr(self.value, "_kolo_abandon_step", None)
         if abandon is not None:
             abandon()
@@ -172,10 +200,14 @@ class _StateDictHandler(StateHandler):
 
 
 class LRSchedulerStateHandler(_StateDictHandler):
+    """A torch.optim LR scheduler: its state_dict, synced from rank 0."""
+
     kind = "lr_scheduler"
 
 
 class SamplerStateHandler(_StateDictHandler):
+    """An ElasticSampler: its epoch and progress, synced from rank 0."""
+
     kind = "sampler"
 
 
@@ -193,10 +225,13 @@ _handler_registry = [
 
 
 def get_handler_registry():
+    """The list of (type, StateHandler subclass) pairs TorchState consults,
+    first match wins, for its keyword values (as horovod.torch.elastic)."""
     return _handler_registry
 
 
 def set_handler_registry(registry):
+    """Replaces that list; TorchState objects made later use it."""
     global _handler_registry
     _handler_registry = registry
 
@@ -213,7 +248,13 @@ class TorchState(ObjectState):
     DistributedOptimizer or any torch.optim optimizer) and keyword values.
     Keyword values that are modules, optimizers, LR schedulers or
     ElasticSamplers get their own handler; the others are picklable values
-    exposed as attributes (state.epoch, state.batch, ...)."""
+    exposed as attributes (state.epoch, state.batch, ...).
+
+    Args:
+        model (torch.nn.Module): the model (state.model).
+        optimizer: the optimizer (state.optimizer).
+        **kwargs: more objects and values, by name.
+    """
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(dict(model=model, optimizer=optimizer))
@@ -230,16 +271,22 @@ class TorchState(ObjectState):
         super().__init__(bcast_object=broadcast_object, get_rank=_kolo.rank, **values)
 
     def save(self):
+        """Saves every handled object and the plain values (commit() calls
+        it)."""
         for handler in self._handlers.values():
             handler.save()
         super().save()
 
     def restore(self):
+        """Restores every handled object and the plain values to the last
+        save()."""
         for handler in self._handlers.values():
             handler.restore()
         super().restore()
 
     def sync(self):
+        """Gives every rank rank 0's model, optimizer state, handled objects
+        and values. Collective."""
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
