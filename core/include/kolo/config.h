@@ -8,8 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kolo {
 
@@ -20,6 +23,19 @@ enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarning, kError, kOff };
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup processEnv();
 
+// Lines Config::fromEnv has to report: each HOROVOD_* variable that is set
+// but means nothing to kolo (or that a KOLO_* variable overrides), naming it
+// and what kolo does instead. Shared by the copies of one Config; the first
+// engine made from any of them logs the lines at info level, once.
+struct ConfigNotices {
+  std::vector<std::string> lines;
+  std::once_flag logged;
+};
+
+// Horovod's runtime variables (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME,
+// ...) are read as aliases of the KOLO_* ones below, in Horovod's units; the
+// KOLO_* variable wins when both are set. docs/migrating/horovod-environment.md
+// lists every one.
 struct Config {
   // KOLO_FUSION_THRESHOLD: bytes per fused buffer; 0 disables fusion.
   int64_t fusionThresholdBytes = 128LL * 1024 * 1024;
@@ -55,6 +71,8 @@ struct Config {
   bool timelineMarkCycles = false;
   // KOLO_LOG_LEVEL: trace|debug|info|warning|error|off.
   LogLevel logLevel = LogLevel::kWarning;
+  // KOLO_LOG_HIDE_TIME: log lines without their timestamp.
+  bool logHideTime = false;
   // KOLO_CONTROLLER: gloo|mpi.
   std::string controller = "gloo";
   // KOLO_CPU_OPERATIONS: gloo|mpi.
@@ -91,6 +109,8 @@ struct Config {
   // with equal strings share memory. For tests that run several "hosts" as
   // threads of one process.
   std::function<std::string(int rank)> hostKeyOverride;
+  // Set by fromEnv (null otherwise): what to report once at init.
+  std::shared_ptr<ConfigNotices> notices;
 
   static Config fromEnv(const EnvLookup& env = processEnv());
 };
