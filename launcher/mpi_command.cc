@@ -82,6 +82,7 @@ std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext
   if (context.servesStore) {
     for (const auto& name : kStoreVariables) argv.insert(argv.end(), {"-x", name});
   }
+  for (const auto& name : context.forwardedNames) argv.insert(argv.end(), {"-x", name});
   for (const auto& e : o.exportEnv) argv.insert(argv.end(), {"-x", e});
   for (auto& a : splitCommandLine(o.mpiArgs)) argv.push_back(std::move(a));
   argv.insert(argv.end(), o.command.begin(), o.command.end());
@@ -162,6 +163,14 @@ int runMpirun(const Options& options) {
   context.mpirun = *mpirun;
   context.isRoot = geteuid() == 0;
   context.servesStore = true;
+  for (const auto& entry : currentEnvironment()) {
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool setting = name.rfind("KOLO_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
+    if (setting && std::find(kStoreVariables.begin(), kStoreVariables.end(), name) ==
+                       kStoreVariables.end()) {
+      context.forwardedNames.push_back(name);
+    }
+  }
   const std::vector<std::string> argv = mpirunCommand(options, context);
 
   const RendezvousEndpoint endpoint = storeEndpoint(options);

@@ -20,6 +20,10 @@ struct MpiCommandContext {
   std::string mpirun = "mpirun";  // path or name of OpenMPI's mpirun
   bool isRoot = false;            // effective uid 0: --allow-run-as-root
   bool servesStore = false;       // kolorun serves the store: export its variables
+  // Variables of kolorun's environment that every rank must see (its KOLO_*
+  // and HOROVOD_* settings), exported by name: mpirun passes only exported
+  // variables to ranks on other hosts.
+  std::vector<std::string> forwardedNames;
 };
 
 // What kolorun sets in mpirun's environment when it serves the store.
@@ -37,7 +41,8 @@ inline const std::vector<std::string> kStoreVariables = {
 //                               (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi
 //                               included)
 //   -x NAME                     with servesStore, each of kStoreVariables
-//                               (their values stay in the environment)
+//                               (their values stay in the environment),
+//                               then each of forwardedNames
 //   -x ...                      then the user's -x as given
 //   ...                         then --mpi-args, split as a shell would
 //   --allow-run-as-root         when root

@@ -19,6 +19,7 @@
 #include "mpi_command.h"
 #include "options.h"
 #include "usage_error.h"
+#include "worker_env.h"
 
 namespace kolo::launcher {
 namespace {
@@ -229,6 +230,25 @@ TEST(HorovodFlags, MpiRunGetsMpiArgsBindingArgsAndEveryInterface) {
             "--map-by ppr:1:core --report-bindings prog");
   EXPECT_NE(notices(o).find("--start-timeout: with --mpi"), std::string::npos) << notices(o);
   EXPECT_EQ(notices(o).find("--mpi-args"), std::string::npos) << notices(o);
+}
+
+// HOROVOD_* settings in kolorun's environment reach workers on other hosts
+// too (as horovodrun forwards them), like KOLO_* ones.
+TEST(HorovodFlags, HorovodVariablesTravelToRemoteWorkers) {
+  EnvList remote = remoteWorkerEnv({"HOROVOD_CYCLE_TIME=5", "KOLO_TIMEOUT=9", "PATH=/bin",
+                                    "MY_HOROVOD_THING=1"},
+                                   {{"KOLO_RANK", "1"}});
+  std::map<std::string, std::string> m(remote.begin(), remote.end());
+  EXPECT_EQ(m, (std::map<std::string, std::string>{
+                   {"HOROVOD_CYCLE_TIME", "5"}, {"KOLO_TIMEOUT", "9"}, {"KOLO_RANK", "1"}}));
+  if (!KOLO_WITH_MPI) return;
+  MpiCommandContext context;
+  context.mpirun = "/usr/bin/mpirun";
+  context.forwardedNames = {"HOROVOD_CYCLE_TIME"};
+  auto argv = mpirunCommand(parse({"-np", "1", "--mpi", "prog"}), context);
+  auto x = std::find(argv.begin(), argv.end(), "HOROVOD_CYCLE_TIME");
+  ASSERT_NE(x, argv.end()) << describeCommand(argv);
+  EXPECT_EQ(*(x - 1), "-x");
 }
 
 // Horovod's own test file (test/single/data/config.test.yaml in 0.28.1).
