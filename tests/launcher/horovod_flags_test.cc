@@ -14,6 +14,7 @@
 
 #include "check_build.h"
 #include "config_file.h"
+#include "job.h"
 #include "kolo/build_config.h"
 #include "launcher_test_util.h"
 #include "mpi_command.h"
@@ -230,6 +231,14 @@ TEST(HorovodFlags, MpiRunGetsMpiArgsBindingArgsAndEveryInterface) {
             "--map-by ppr:1:core --report-bindings prog");
   EXPECT_NE(notices(o).find("--start-timeout: with --mpi"), std::string::npos) << notices(o);
   EXPECT_EQ(notices(o).find("--mpi-args"), std::string::npos) << notices(o);
+}
+
+TEST(HorovodFlags, OutputFoldersAreZeroPaddedLikeHorovods) {
+  EXPECT_EQ(rankOutputDir(0, 1), "rank.0");
+  EXPECT_EQ(rankOutputDir(3, 10), "rank.3");
+  EXPECT_EQ(rankOutputDir(3, 11), "rank.03");
+  EXPECT_EQ(rankOutputDir(10, 11), "rank.10");
+  EXPECT_EQ(rankOutputDir(7, 1000), "rank.007");
 }
 
 // HOROVOD_* settings in kolorun's environment reach workers on other hosts
