@@ -272,6 +272,18 @@ void addNotices(Options& o) {
     n.push_back("--no-stall-check: the stall check is off, so its time flags have no effect "
                 "(as in Horovod)");
   }
+  if (o.autotune.value_or(false)) {
+    // Horovod holds explicitly set parameters constant while tuning.
+    std::string held;
+    if (o.fusionThresholdMb) held += " --fusion-threshold-mb";
+    if (o.cycleTimeMs) held += " --cycle-time-ms";
+    if (o.cacheCapacity && *o.cacheCapacity > 0) held += " --cache-capacity";
+    if (!held.empty()) {
+      n.push_back("--autotune:" + held + ": kolo's autotuner starts from the value given and may "
+                  "change it (Horovod holds it constant); --hierarchical-allreduce and "
+                  "--no-hierarchical-allreduce are held");
+    }
+  }
   if (o.networkInterfaces.size() > 1) {
     n.push_back("--network-interfaces: kolo's rendezvous and Gloo data plane use the first, " +
                 o.networkInterfaces.front() +

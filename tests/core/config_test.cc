@@ -434,7 +434,11 @@ TEST(HorovodEnv, AliasesTakeHorovodsUnits) {
   EXPECT_EQ(c.gpuOperations, "mpi");
   EXPECT_EQ(c.iface, "eth7");
   EXPECT_EQ(c.hierarchicalAllreduce, true);
-  EXPECT_TRUE(c.notices->lines.empty()) << c.notices->lines.front();
+  // Only the autotuner's difference is reported.
+  ASSERT_EQ(c.notices->lines.size(), 2u);
+  EXPECT_NE(c.notices->lines[0].find("HOROVOD_FUSION_THRESHOLD=33554432 with autotuning"),
+            std::string::npos);
+  EXPECT_NE(c.notices->lines[1].find("HOROVOD_CYCLE_TIME=3.5 with autotuning"), std::string::npos);
 
   // Horovod's other spellings: 0 is off, FATAL is kolo's error level.
   c = Config::fromEnv(envOf({{"HOROVOD_AUTOTUNE", "0"},
@@ -578,6 +582,10 @@ TEST(HorovodEnv, VariablesWithoutMeaningAreReportedWithWhatKoloDoes) {
     EXPECT_EQ(c.hierarchicalAllreduce, defaults.hierarchicalAllreduce) << name;
     EXPECT_EQ(c.gpuOperations, defaults.gpuOperations) << name;
   }
+  // Horovod holds a parameter it was given while autotuning; kolo says it does not.
+  Config tuned = Config::fromEnv(envOf({{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_CYCLE_TIME", "5"}}));
+  ASSERT_EQ(tuned.notices->lines.size(), 1u);
+  EXPECT_EQ(tuned.notices->lines[0].rfind("HOROVOD_CYCLE_TIME=5 with autotuning: ", 0), 0u);
   // Values kolo cannot follow are reported too, and the default stays.
   Config c = Config::fromEnv(envOf({{"HOROVOD_CPU_OPERATIONS", "CCL"}, {"HOROVOD_TIMELINE", "DYNAMIC"}}));
   EXPECT_EQ(c.cpuOperations, "gloo");

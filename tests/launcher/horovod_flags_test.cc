@@ -142,6 +142,7 @@ TEST(HorovodFlags, AcceptedFlagsPrintWhatKoloDoesInstead) {
       {{"--network-interfaces", "eth0,eth1"}, "use the first, eth0"},
       {{"--no-stall-check", "--stall-check-warning-time-seconds", "5"}, "its time flags have no effect"},
       {{"--gloo-timeout-seconds", "5", "--timeout-seconds", "6"}, "--timeout-seconds (KOLO_TIMEOUT) is also given and wins"},
+      {{"--autotune", "--cycle-time-ms", "2"}, "--autotune: --cycle-time-ms: kolo's autotuner starts from the value given"},
   };
   for (const auto& [flags, expect] : cases) {
     std::vector<std::string> args = {"-np", "2"};

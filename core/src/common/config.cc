@@ -374,6 +374,15 @@ Config Config::fromEnv(const EnvLookup& env) {
       parseAuto(reader, "KOLO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE");
   c.hierarchicalAllgather =
       parseAuto(reader, "KOLO_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER");
+  if (c.autotune) {
+    // Horovod's autotuner holds the parameters set in the environment.
+    for (const char* name : {"HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME"}) {
+      if (auto v = env(name)) {
+        reader.note(std::string(name) + "=" + *v + " with autotuning: kolo's autotuner starts " +
+                    "from this value and may change it (Horovod holds it constant)");
+      }
+    }
+  }
   for (const Unused& u : kUnused) {
     if (auto v = env(u.name)) {
       checkUnused(u, *v);
