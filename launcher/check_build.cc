@@ -20,7 +20,8 @@ std::string checkBuildReport(bool verbose) {
   out += "kolo v" KOLO_VERSION ":\n\n";
   out += "Available Frameworks:\n";
   out += row(false, "TensorFlow");
-  out += row(KOLO_BUILT_WITH_TORCH, "PyTorch (LibTorch adapter; kolo.torch where built with Python)");
+  out +=
+      row(KOLO_BUILT_WITH_TORCH, "PyTorch (LibTorch adapter; kolo.torch where built with Python)");
   out += row(false, "MXNet");
   out += "\nAvailable Controllers:\n";
   out += row(KOLO_WITH_MPI, "MPI");

@@ -54,8 +54,7 @@ class Section {
 
   int integer(const YAML::Node& v, const std::string& key, const std::string& accepted) {
     long long i = 0;
-    if (!YAML::convert<long long>::decode(v, i) || i < 0 ||
-        i > std::numeric_limits<int>::max()) {
+    if (!YAML::convert<long long>::decode(v, i) || i < 0 || i > std::numeric_limits<int>::max()) {
       fail(v, key, "expected " + accepted + ", got '" + v.Scalar() + "'");
     }
     return static_cast<int>(i);
@@ -101,12 +100,13 @@ std::string logLevel(Section& s, const YAML::Node& v, Options& o) {
     if (level == l) return level;
   }
   if (level == "fatal") {
-    o.notices.push_back("logging.level FATAL: kolo has no fatal level; it logs errors only "
-                        "(KOLO_LOG_LEVEL=error)");
+    o.notices.push_back(
+        "logging.level FATAL: kolo has no fatal level; it logs errors only "
+        "(KOLO_LOG_LEVEL=error)");
     return "error";
   }
-  s.fail(v, "level", "expected one of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL, got '" +
-                         v.Scalar() + "'");
+  s.fail(v, "level",
+         "expected one of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL, got '" + v.Scalar() + "'");
 }
 
 void applyParams(Section& s, Options& o) {
@@ -178,7 +178,8 @@ void applyStallCheck(Section& s, Options& o) {
 }
 
 void applyLibraryOptions(Section& s, Options& o) {
-  if (auto v = s.get("mpi_threads_disable", {"--mpi-threads-disable", "--no-mpi-threads-disable"})) {
+  if (auto v =
+          s.get("mpi_threads_disable", {"--mpi-threads-disable", "--no-mpi-threads-disable"})) {
     o.mpiThreadsDisable = s.boolean(*v, "mpi_threads_disable");
   }
   if (auto v = s.get("num_nccl_streams", {"--num-nccl-streams"})) {
@@ -225,9 +226,12 @@ void applyConfigText(const std::string& text, const std::string& source, Options
     const char* name;
     void (*apply)(Section&, Options&);
   };
-  const Part parts[] = {{"params", applyParams},           {"autotune", applyAutotune},
-                        {"timeline", applyTimeline},       {"stall_check", applyStallCheck},
-                        {"library_options", applyLibraryOptions}, {"logging", applyLogging}};
+  const Part parts[] = {{"params", applyParams},
+                        {"autotune", applyAutotune},
+                        {"timeline", applyTimeline},
+                        {"stall_check", applyStallCheck},
+                        {"library_options", applyLibraryOptions},
+                        {"logging", applyLogging}};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& value = kv.second;
@@ -240,7 +244,8 @@ void applyConfigText(const std::string& text, const std::string& source, Options
       } else if (c == "mpi") {
         o.mpi = true;
       } else {
-        throw UsageError("--config-file " + source + line + ": controller: expected gloo or mpi, got '" +
+        throw UsageError("--config-file " + source + line +
+                         ": controller: expected gloo or mpi, got '" +
                          (value.IsScalar() ? value.Scalar() : "a list or map") + "'");
       }
       continue;

@@ -130,7 +130,8 @@ TEST(HorovodFlags, AcceptedFlagsPrintWhatKoloDoesInstead) {
       {{"--autotune-steps-per-sample", "20"}, "KOLO_AUTOTUNE_SAMPLE_TIME"},
       {{"--autotune-bayes-opt-max-samples", "40"}, "not by Bayesian optimisation"},
       {{"--autotune-gaussian-process-noise", "0.9"}, "no Gaussian process"},
-      {{"--mpi-threads-disable"}, "--mpi-threads-disable: kolo initialises MPI with MPI_THREAD_SERIALIZED"},
+      {{"--mpi-threads-disable"},
+       "--mpi-threads-disable: kolo initialises MPI with MPI_THREAD_SERIALIZED"},
       {{"--no-mpi-threads-disable"}, "--no-mpi-threads-disable: kolo initialises MPI"},
       {{"--mpi-args=--map-by ppr:2:node"}, "--mpi-args: used only with --mpi"},
       {{"--binding-args", "--bind-to core"}, "--binding-args: used only with --mpi"},
@@ -140,9 +141,12 @@ TEST(HorovodFlags, AcceptedFlagsPrintWhatKoloDoesInstead) {
       {{"--log-hide-timestamp"}, "deprecated in Horovod; use --log-without-timestamp"},
       {{"--network-interface", "eth0,eth1"}, "a list is deprecated in Horovod"},
       {{"--network-interfaces", "eth0,eth1"}, "use the first, eth0"},
-      {{"--no-stall-check", "--stall-check-warning-time-seconds", "5"}, "its time flags have no effect"},
-      {{"--gloo-timeout-seconds", "5", "--timeout-seconds", "6"}, "--timeout-seconds (KOLO_TIMEOUT) is also given and wins"},
-      {{"--autotune", "--cycle-time-ms", "2"}, "--autotune: --cycle-time-ms: kolo's autotuner starts from the value given"},
+      {{"--no-stall-check", "--stall-check-warning-time-seconds", "5"},
+       "its time flags have no effect"},
+      {{"--gloo-timeout-seconds", "5", "--timeout-seconds", "6"},
+       "--timeout-seconds (KOLO_TIMEOUT) is also given and wins"},
+      {{"--autotune", "--cycle-time-ms", "2"},
+       "--autotune: --cycle-time-ms: kolo's autotuner starts from the value given"},
   };
   for (const auto& [flags, expect] : cases) {
     std::vector<std::string> args = {"-np", "2"};
@@ -159,9 +163,9 @@ TEST(HorovodFlags, AcceptedFlagsPrintWhatKoloDoesInstead) {
 
 TEST(HorovodFlags, SingleDashSpellingsVersionAndAliases) {
   std::ofstream("/tmp/kolo_hvd_hostfile_" + std::to_string(getpid())) << "localhost slots=2\n";
-  Options o = parse({"-hostfile", "/tmp/kolo_hvd_hostfile_" + std::to_string(getpid()),
-                     "-prefix-timestamp", "--slots-per-host", "2", "--min-np", "1", "-np", "2",
-                     "prog", "-hostfile", "-cb"});
+  Options o =
+      parse({"-hostfile", "/tmp/kolo_hvd_hostfile_" + std::to_string(getpid()), "-prefix-timestamp",
+             "--slots-per-host", "2", "--min-np", "1", "-np", "2", "prog", "-hostfile", "-cb"});
   std::remove(("/tmp/kolo_hvd_hostfile_" + std::to_string(getpid())).c_str());
   EXPECT_EQ(o.hostfile, "/tmp/kolo_hvd_hostfile_" + std::to_string(getpid()));
   EXPECT_TRUE(o.prefixTimestamp);
@@ -195,7 +199,8 @@ TEST(HorovodFlags, HorovodsTimeoutVariablesAreTheDefaults) {
 
 TEST(HorovodFlags, BadValuesAreClearErrors) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--autotune-gaussian-process-noise", "1.5"}, "--autotune-gaussian-process-noise must be in [0, 1]"},
+      {{"--autotune-gaussian-process-noise", "1.5"},
+       "--autotune-gaussian-process-noise must be in [0, 1]"},
       {{"--num-nccl-streams", "-1"}, "--num-nccl-streams must be zero or more"},
       {{"--thread-affinity", "-2"}, "--thread-affinity must be zero or more"},
       {{"--autotune-warmup-samples", "-1"}, "--autotune-warmup-samples must be zero or more"},
@@ -222,9 +227,8 @@ TEST(HorovodFlags, MpiRunGetsMpiArgsBindingArgsAndEveryInterface) {
   MpiCommandContext context;
   context.mpirun = "/usr/bin/mpirun";
   Options o = parse({"-np", "2", "--mpi", "--start-timeout", "5", "--tcp",
-                     "--mpi-args=--map-by ppr:1:core --report-bindings",
-                     "--binding-args", "--bind-to socket", "--network-interfaces", "eth0,eth1",
-                     "prog"});
+                     "--mpi-args=--map-by ppr:1:core --report-bindings", "--binding-args",
+                     "--bind-to socket", "--network-interfaces", "eth0,eth1", "prog"});
   EXPECT_EQ(describeCommand(mpirunCommand(o, context)),
             "/usr/bin/mpirun -np 2 -H localhost:2 --bind-to socket --tag-output --mca "
             "btl_tcp_if_include eth0,eth1 -x KOLO_IFACE=eth0 -x KOLO_CONTROLLER=mpi "
@@ -245,9 +249,9 @@ TEST(HorovodFlags, OutputFoldersAreZeroPaddedLikeHorovods) {
 // HOROVOD_* settings in kolorun's environment reach workers on other hosts
 // too (as horovodrun forwards them), like KOLO_* ones.
 TEST(HorovodFlags, HorovodVariablesTravelToRemoteWorkers) {
-  EnvList remote = remoteWorkerEnv({"HOROVOD_CYCLE_TIME=5", "KOLO_TIMEOUT=9", "PATH=/bin",
-                                    "MY_HOROVOD_THING=1"},
-                                   {{"KOLO_RANK", "1"}});
+  EnvList remote =
+      remoteWorkerEnv({"HOROVOD_CYCLE_TIME=5", "KOLO_TIMEOUT=9", "PATH=/bin", "MY_HOROVOD_THING=1"},
+                      {{"KOLO_RANK", "1"}});
   std::map<std::string, std::string> m(remote.begin(), remote.end());
   EXPECT_EQ(m, (std::map<std::string, std::string>{
                    {"HOROVOD_CYCLE_TIME", "5"}, {"KOLO_TIMEOUT", "9"}, {"KOLO_RANK", "1"}}));
@@ -375,13 +379,15 @@ TEST_F(ConfigFile, SectionsWithoutEnabledAndUnknownKeys) {
                            "extras:\n  x: 1\nlogging:\n  level: fatal\n  with_timestamp: false\n"),
                      "prog"});
   auto env = envMap(o);
-  EXPECT_EQ(env["KOLO_AUTOTUNE"], "0");            // autotune section without enabled: off
-  EXPECT_EQ(env["KOLO_STALL_CHECK_TIME"], "5");   // stall_check without enabled: on
+  EXPECT_EQ(env["KOLO_AUTOTUNE"], "0");          // autotune section without enabled: off
+  EXPECT_EQ(env["KOLO_STALL_CHECK_TIME"], "5");  // stall_check without enabled: on
   EXPECT_EQ(env["KOLO_FUSION_THRESHOLD"], "1048576");
   EXPECT_EQ(env["KOLO_LOG_LEVEL"], "error");
   EXPECT_EQ(env["KOLO_LOG_HIDE_TIME"], "1");
   const std::string n = notices(o);
-  EXPECT_NE(n.find("'params.fusion_treshold_mb' is not one of Horovod's settings"), std::string::npos) << n;
+  EXPECT_NE(n.find("'params.fusion_treshold_mb' is not one of Horovod's settings"),
+            std::string::npos)
+      << n;
   EXPECT_NE(n.find("'extras' is not one of Horovod's settings"), std::string::npos) << n;
   EXPECT_NE(n.find("no fatal level"), std::string::npos) << n;
 
@@ -395,10 +401,13 @@ TEST_F(ConfigFile, MalformedFilesAreErrorsNamingFileKeyAndLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"params:\n  fusion_threshold_mb: [1, 2\n", ", line 3: not valid YAML"},  // at the end
       {"params:\n  cycle_time_ms: fast\n", ", line 2: params.cycle_time_ms: expected milliseconds"},
-      {"params:\n  fusion_threshold_mb: -1\n", "params.fusion_threshold_mb: expected megabytes >= 0, got '-1'"},
+      {"params:\n  fusion_threshold_mb: -1\n",
+       "params.fusion_threshold_mb: expected megabytes >= 0, got '-1'"},
       {"params:\n  cache_capacity: 1.5\n", "params.cache_capacity: expected an integer >= 0"},
-      {"params:\n  hierarchical_allreduce: maybe\n", "params.hierarchical_allreduce: expected true or false"},
-      {"autotune:\n  gaussian_process_noise: 2\n", "autotune.gaussian_process_noise: expected a number in [0, 1]"},
+      {"params:\n  hierarchical_allreduce: maybe\n",
+       "params.hierarchical_allreduce: expected true or false"},
+      {"autotune:\n  gaussian_process_noise: 2\n",
+       "autotune.gaussian_process_noise: expected a number in [0, 1]"},
       {"timeline:\n  filename: [a, b]\n", "timeline.filename: expected a single value"},
       {"library_options:\n  gloo_timeout_seconds: 0\n", "library_options.gloo_timeout_seconds"},
       {"logging:\n  level: LOUD\n", "logging.level: expected one of TRACE"},
