@@ -166,8 +166,8 @@ int runMpirun(const Options& options) {
   for (const auto& entry : currentEnvironment()) {
     const std::string name = entry.substr(0, entry.find('='));
     const bool setting = name.rfind("KOLO_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
-    if (setting && std::find(kStoreVariables.begin(), kStoreVariables.end(), name) ==
-                       kStoreVariables.end()) {
+    if (setting &&
+        std::find(kStoreVariables.begin(), kStoreVariables.end(), name) == kStoreVariables.end()) {
       context.forwardedNames.push_back(name);
     }
   }

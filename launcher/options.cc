@@ -142,8 +142,8 @@ std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
       if (arg.rfind(prefix, 0) == 0) arg = long_ + arg.substr(prefix.size() - 1);
     }
     out.push_back(arg);
-    bool inlineValue = arg.find('=') != std::string::npos ||
-                       (arg.size() > 2 && arg[1] != '-');  // "-Hhost:2"
+    bool inlineValue =
+        arg.find('=') != std::string::npos || (arg.size() > 2 && arg[1] != '-');  // "-Hhost:2"
     if (inlineValue) continue;
     for (const auto& f : valueFlags) {
       if (f == arg) ++expectValues;  // listed once per value
@@ -161,10 +161,13 @@ namespace {
 void addSwitch(CLI::App& app, const std::string& on, const std::string& off,
                std::optional<bool>& target, const std::string& help, const std::string& group,
                const std::string& offHelp = "") {
-  CLI::Option* a = app.add_flag_callback(on, [&target] { target = true; }, help)->group(group);
-  CLI::Option* b = app.add_flag_callback(off, [&target] { target = false; },
-                                         offHelp.empty() ? "turn " + on + " off" : offHelp)
+  CLI::Option* a = app.add_flag_callback(
+                          on, [&target] { target = true; }, help)
                        ->group(group);
+  CLI::Option* b =
+      app.add_flag_callback(
+             off, [&target] { target = false; }, offHelp.empty() ? "turn " + on + " off" : offHelp)
+          ->group(group);
   a->excludes(b);
 }
 
@@ -173,8 +176,9 @@ std::string koloLogLevel(const std::string& level, std::vector<std::string>& not
   std::string lower = level;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "fatal") {
-    notices.push_back("--log-level FATAL: kolo has no fatal level; it logs errors only "
-                      "(KOLO_LOG_LEVEL=error)");
+    notices.push_back(
+        "--log-level FATAL: kolo has no fatal level; it logs errors only "
+        "(KOLO_LOG_LEVEL=error)");
     return "error";
   }
   return lower;
@@ -213,12 +217,14 @@ double startTimeoutFromEnv(const EnvLookup& env, const char* name, double fallba
 void addNotices(Options& o) {
   auto& n = o.notices;
   if (o.disableCache) {
-    n.push_back("--disable-cache: kolorun caches no start-up checks between runs, so there is "
-                "nothing to disable");
+    n.push_back(
+        "--disable-cache: kolorun caches no start-up checks between runs, so there is "
+        "nothing to disable");
   }
   if (o.jsrun) {
-    n.push_back("--jsrun: kolo does not start jobs through jsrun; kolorun starts the ranks "
-                "itself (ssh for other hosts) with Gloo");
+    n.push_back(
+        "--jsrun: kolo does not start jobs through jsrun; kolorun starts the ranks "
+        "itself (ssh for other hosts) with Gloo");
   }
   if (o.torusAllreduce) {
     n.push_back(std::string(*o.torusAllreduce ? "--torus-allreduce" : "--no-torus-allreduce") +
@@ -226,51 +232,60 @@ void addNotices(Options& o) {
                 "--hierarchical-allreduce (KOLO_HIERARCHICAL_ALLREDUCE)");
   }
   if (o.autotuneStepsPerSample) {
-    n.push_back("--autotune-steps-per-sample: kolo's autotuner measures each sample over a time "
-                "(KOLO_AUTOTUNE_SAMPLE_TIME, seconds), not over a number of steps");
+    n.push_back(
+        "--autotune-steps-per-sample: kolo's autotuner measures each sample over a time "
+        "(KOLO_AUTOTUNE_SAMPLE_TIME, seconds), not over a number of steps");
   }
   if (o.autotuneBayesOptMaxSamples) {
-    n.push_back("--autotune-bayes-opt-max-samples: kolo's autotuner searches small fixed grids "
-                "one parameter at a time, not by Bayesian optimisation (KOLO_AUTOTUNE_SAMPLES "
-                "sets the samples per setting)");
+    n.push_back(
+        "--autotune-bayes-opt-max-samples: kolo's autotuner searches small fixed grids "
+        "one parameter at a time, not by Bayesian optimisation (KOLO_AUTOTUNE_SAMPLES "
+        "sets the samples per setting)");
   }
   if (o.autotuneGaussianProcessNoise) {
-    n.push_back("--autotune-gaussian-process-noise: kolo's autotuner has no Gaussian process; "
-                "it scores each setting by the median of its samples");
+    n.push_back(
+        "--autotune-gaussian-process-noise: kolo's autotuner has no Gaussian process; "
+        "it scores each setting by the median of its samples");
   }
   if (o.mpiThreadsDisable) {
-    n.push_back(std::string(*o.mpiThreadsDisable ? "--mpi-threads-disable"
-                                                 : "--no-mpi-threads-disable") +
-                ": kolo initialises MPI with MPI_THREAD_SERIALIZED, which its background "
-                "thread needs");
+    n.push_back(
+        std::string(*o.mpiThreadsDisable ? "--mpi-threads-disable" : "--no-mpi-threads-disable") +
+        ": kolo initialises MPI with MPI_THREAD_SERIALIZED, which its background "
+        "thread needs");
   }
   if (!o.mpiArgs.empty() && !o.mpi) {
-    n.push_back("--mpi-args: used only with --mpi (kolorun runs this job itself, without "
-                "mpirun); ignored");
+    n.push_back(
+        "--mpi-args: used only with --mpi (kolorun runs this job itself, without "
+        "mpirun); ignored");
   }
   if (!o.bindingArgs.empty() && !o.mpi) {
-    n.push_back("--binding-args: used only with --mpi (kolorun runs this job itself, without "
-                "mpirun and without binding ranks); ignored");
+    n.push_back(
+        "--binding-args: used only with --mpi (kolorun runs this job itself, without "
+        "mpirun and without binding ranks); ignored");
   }
   if (o.numNcclStreams) {
-    n.push_back("--num-nccl-streams: kolo runs GPU collectives on one communication stream per "
-                "device, shared by every process set; ignored");
+    n.push_back(
+        "--num-nccl-streams: kolo runs GPU collectives on one communication stream per "
+        "device, shared by every process set; ignored");
   }
   if (o.threadAffinity) {
-    n.push_back("--thread-affinity: kolo does not pin its background thread; pin the ranks with "
-                "--mpi --binding-args or taskset/numactl instead; ignored");
+    n.push_back(
+        "--thread-affinity: kolo does not pin its background thread; pin the ranks with "
+        "--mpi --binding-args or taskset/numactl instead; ignored");
   }
   if (o.glooTimeoutSeconds && o.timeoutSeconds) {
     n.push_back("--gloo-timeout-seconds: --timeout-seconds (KOLO_TIMEOUT) is also given and wins");
   }
   if (o.mpi && o.startTimeoutGiven) {
-    n.push_back("--start-timeout: with --mpi, mpirun starts the ranks and kolorun does not time "
-                "their start");
+    n.push_back(
+        "--start-timeout: with --mpi, mpirun starts the ranks and kolorun does not time "
+        "their start");
   }
   if (o.noStallCheck.value_or(false) &&
       (o.stallCheckWarningSeconds || o.stallCheckShutdownSeconds)) {
-    n.push_back("--no-stall-check: the stall check is off, so its time flags have no effect "
-                "(as in Horovod)");
+    n.push_back(
+        "--no-stall-check: the stall check is off, so its time flags have no effect "
+        "(as in Horovod)");
   }
   if (o.autotune.value_or(false)) {
     // Horovod holds explicitly set parameters constant while tuning.
@@ -279,7 +294,8 @@ void addNotices(Options& o) {
     if (o.cycleTimeMs) held += " --cycle-time-ms";
     if (o.cacheCapacity && *o.cacheCapacity > 0) held += " --cache-capacity";
     if (!held.empty()) {
-      n.push_back("--autotune:" + held + ": kolo's autotuner starts from the value given and may "
+      n.push_back("--autotune:" + held +
+                  ": kolo's autotuner starts from the value given and may "
                   "change it (Horovod holds it constant); --hierarchical-allreduce and "
                   "--no-hierarchical-allreduce are held");
     }
@@ -321,27 +337,41 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
       ->check(CLI::PositiveNumber)->group("Job");
   app.add_option("-H,--hosts", o.hosts, "host:slots,... ranks per host (default localhost:N)")
       ->group("Job");
-  app.add_option("--hostfile", o.hostfile, "(or -hostfile) file of 'host slots=N' lines "
+  app.add_option("--hostfile", o.hostfile,
+                 "(or -hostfile) file of 'host slots=N' lines "
                  "('#' comments)")
-      ->group("Job")->excludes("--hosts");
-  CLI::Option* glooFlag = app.add_flag("--gloo", o.gloo, "use Gloo for control and CPU operations "
-               "(KOLO_CONTROLLER=gloo, KOLO_CPU_OPERATIONS=gloo; the default)")->group("Job");
-  CLI::Option* mpiFlag = app.add_flag("--mpi", o.mpi, "run the job under mpirun with MPI for control and CPU "
-               "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
-               "the mpirun command")
-      ->group("Job")->excludes("--gloo");
-  app.add_flag("--jsrun", o.jsrun, "accepted for horovodrun's sake: kolorun starts the ranks "
+      ->group("Job")
+      ->excludes("--hosts");
+  CLI::Option* glooFlag =
+      app.add_flag("--gloo", o.gloo,
+                   "use Gloo for control and CPU operations "
+                   "(KOLO_CONTROLLER=gloo, KOLO_CPU_OPERATIONS=gloo; the default)")
+          ->group("Job");
+  CLI::Option* mpiFlag =
+      app.add_flag("--mpi", o.mpi,
+                   "run the job under mpirun with MPI for control and CPU "
+                   "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
+                   "the mpirun command")
+          ->group("Job")
+          ->excludes("--gloo");
+  app.add_flag("--jsrun", o.jsrun,
+               "accepted for horovodrun's sake: kolorun starts the ranks "
                "itself, with a notice")
-      ->group("Job")->excludes(glooFlag)->excludes(mpiFlag);
-  app.add_flag("--check-build", o.checkBuild,
-               "(or -cb) print which frameworks, controllers and tensor operations this build of kolo "
-               "has, and exit")->group("Job");
+      ->group("Job")
+      ->excludes(glooFlag)
+      ->excludes(mpiFlag);
+  app.add_flag(
+         "--check-build", o.checkBuild,
+         "(or -cb) print which frameworks, controllers and tensor operations this build of kolo "
+         "has, and exit")
+      ->group("Job");
   app.add_option("--config-file", o.configFile,
                  "Horovod's YAML file of settings (params, autotune, timeline, stall_check, "
                  "library_options, logging, controller); flags on the command line win")
       ->group("Job");
   app.add_flag("--disable-cache", o.disableCache,
-               "accepted for horovodrun's sake: kolorun caches no start-up checks")->group("Job");
+               "accepted for horovodrun's sake: kolorun caches no start-up checks")
+      ->group("Job");
 
   // Elastic.
   app.add_option("--min-np,--min-num-proc", o.minNp,
@@ -360,7 +390,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_option("--elastic-timeout", o.elasticTimeoutSeconds,
                  "elastic: seconds to wait for --min-np workers (at the start, or after losing "
                  "workers) before the job ends (default: HOROVOD_ELASTIC_TIMEOUT, else 600)")
-      ->check(CLI::PositiveNumber)->group("Elastic");
+      ->check(CLI::PositiveNumber)
+      ->group("Elastic");
   app.add_option("--reset-limit", o.resetLimit,
                  "elastic: end the job after this many re-formed worlds (default: no limit)")
       ->check(CLI::NonNegativeNumber)->group("Elastic");
@@ -377,17 +408,21 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_option("--network-interface", nicSingle,
                  "interface whose IPv4 address workers use to reach kolorun's rendezvous "
                  "store; also sets KOLO_IFACE for the data plane (repeatable)")
-      ->allow_extra_args(false)->group("Rendezvous");
+      ->allow_extra_args(false)
+      ->group("Rendezvous");
   app.add_option("--network-interfaces", nicList,
                  "NIC[,NIC...]: interfaces for the job; the first is --network-interface's, all "
                  "go to NCCL (NCCL_SOCKET_IFNAME) and with --mpi to MPI's TCP transport")
-      ->allow_extra_args(false)->group("Rendezvous");
+      ->allow_extra_args(false)
+      ->group("Rendezvous");
   app.add_option("--port", o.port, "TCP port of the rendezvous store (default: a free port)")
       ->check(CLI::Range(1, 65535))->group("Rendezvous");
-  CLI::Option* startTimeout = app.add_option("--start-timeout", o.startTimeoutSeconds,
-                 "seconds a running worker may take to reach rendezvous; 0 = no limit "
-                 "(default: HOROVOD_START_TIMEOUT, else 30)")
-      ->check(CLI::NonNegativeNumber)->group("Rendezvous");
+  CLI::Option* startTimeout =
+      app.add_option("--start-timeout", o.startTimeoutSeconds,
+                     "seconds a running worker may take to reach rendezvous; 0 = no limit "
+                     "(default: HOROVOD_START_TIMEOUT, else 30)")
+          ->check(CLI::NonNegativeNumber)
+          ->group("Rendezvous");
   app.add_option("--grace-seconds", o.graceSeconds,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
       ->check(CLI::NonNegativeNumber)->group("Rendezvous");
@@ -415,16 +450,18 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   // Tuning.
   const std::string tuning = "Tuning";
   app.add_option("--fusion-threshold-mb", o.fusionThresholdMb,
-                 "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")->group(tuning);
+                 "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")
+      ->group(tuning);
   app.add_option("--cycle-time-ms", o.cycleTimeMs, "coordination cycle in ms (KOLO_CYCLE_TIME)")
       ->group(tuning);
   app.add_option("--cache-capacity", o.cacheCapacity,
                  "response cache entries, 0 = off (KOLO_CACHE_CAPACITY)")
-      ->check(CLI::NonNegativeNumber)->group(tuning);
+      ->check(CLI::NonNegativeNumber)
+      ->group(tuning);
   addSwitch(app, "--hierarchical-allreduce", "--no-hierarchical-allreduce", o.hierarchicalAllreduce,
             "allreduce across hosts in two levels: shared memory in each host, then across "
-            "hosts (KOLO_HIERARCHICAL_ALLREDUCE=1)", tuning,
-            "flat allreduce, also under --autotune (KOLO_HIERARCHICAL_ALLREDUCE=0)");
+            "hosts (KOLO_HIERARCHICAL_ALLREDUCE=1)",
+            tuning, "flat allreduce, also under --autotune (KOLO_HIERARCHICAL_ALLREDUCE=0)");
   addSwitch(app, "--hierarchical-allgather", "--no-hierarchical-allgather", o.hierarchicalAllgather,
             "the same two levels for allgather and broadcast (KOLO_HIERARCHICAL_ALLGATHER=1)",
             tuning, "flat allgather (KOLO_HIERARCHICAL_ALLGATHER=0)");
@@ -432,24 +469,30 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
             "accepted for horovodrun's sake (no NCCL torus in kolo), with a notice", tuning,
             "accepted for horovodrun's sake, with a notice");
   app.add_option("--timeline-filename", o.timelineFilename,
-                 "write a Chrome-trace timeline to this file (KOLO_TIMELINE)")->group(tuning);
+                 "write a Chrome-trace timeline to this file (KOLO_TIMELINE)")
+      ->group(tuning);
   addSwitch(app, "--timeline-mark-cycles", "--no-timeline-mark-cycles", o.timelineMarkCycles,
             "mark coordination cycles on the timeline (KOLO_TIMELINE_MARK_CYCLES=1)", tuning);
   addSwitch(app, "--autotune", "--no-autotune", o.autotune,
             "tune fusion and cycle time online (KOLO_AUTOTUNE=1)", tuning);
   app.add_option("--autotune-log-file", o.autotuneLogFile,
-                 "log autotuning samples to this file (KOLO_AUTOTUNE_LOG)")->group(tuning);
+                 "log autotuning samples to this file (KOLO_AUTOTUNE_LOG)")
+      ->group(tuning);
   app.add_option("--autotune-warmup-samples", o.autotuneWarmupSamples,
                  "samples discarded after each change (KOLO_AUTOTUNE_WARMUP_SAMPLES)")
       ->group(tuning);
   app.add_option("--autotune-steps-per-sample", o.autotuneStepsPerSample,
-                 "accepted for horovodrun's sake, with a notice")->group(tuning);
+                 "accepted for horovodrun's sake, with a notice")
+      ->group(tuning);
   app.add_option("--autotune-bayes-opt-max-samples", o.autotuneBayesOptMaxSamples,
-                 "accepted for horovodrun's sake, with a notice")->group(tuning);
+                 "accepted for horovodrun's sake, with a notice")
+      ->group(tuning);
   app.add_option("--autotune-gaussian-process-noise", o.autotuneGaussianProcessNoise,
-                 "accepted for horovodrun's sake (in [0, 1]), with a notice")->group(tuning);
+                 "accepted for horovodrun's sake (in [0, 1]), with a notice")
+      ->group(tuning);
   std::string logLevel;
-  app.add_option("--log-level", logLevel, "worker log level (KOLO_LOG_LEVEL): "
+  app.add_option("--log-level", logLevel,
+                 "worker log level (KOLO_LOG_LEVEL): "
                  "trace|debug|info|warning|error|off or Horovod's TRACE|...|FATAL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error", "off", "TRACE", "DEBUG",
                              "INFO", "WARNING", "ERROR", "FATAL"}))
@@ -463,7 +506,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
             "Horovod's old name of --log-with-timestamp");
   addSwitch(app, "--no-stall-check", "--stall-check", o.noStallCheck,
             "no stall warning and no stall shutdown (KOLO_STALL_CHECK_TIME=0, "
-            "KOLO_STALL_SHUTDOWN_TIME=0)", tuning, "keep the stall check on (the default)");
+            "KOLO_STALL_SHUTDOWN_TIME=0)",
+            tuning, "keep the stall check on (the default)");
   app.add_option("--stall-check-warning-time-seconds", o.stallCheckWarningSeconds,
                  "warn when ranks stall this long, 0 = off (KOLO_STALL_CHECK_TIME)")
       ->group(tuning);
@@ -472,10 +516,12 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
                  "longer than the warning time (KOLO_STALL_SHUTDOWN_TIME)")
       ->group(tuning);
   app.add_option("--timeout-seconds", o.timeoutSeconds,
-                 "declare a silent peer failed after this long (KOLO_TIMEOUT)")->group(tuning);
+                 "declare a silent peer failed after this long (KOLO_TIMEOUT)")
+      ->group(tuning);
   app.add_option("--gloo-timeout-seconds", o.glooTimeoutSeconds,
                  "Horovod's bound on Gloo operations: KOLO_TIMEOUT, which bounds every wait "
-                 "(--timeout-seconds wins)")->group(tuning);
+                 "(--timeout-seconds wins)")
+      ->group(tuning);
 
   // Library options.
   const std::string library = "Library";
@@ -524,15 +570,18 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
 
   // Horovod's deprecated spellings and comma lists, as horovodrun takes them.
   if (deprecatedHide) {
-    o.notices.push_back(std::string(*deprecatedHide ? "--log-hide-timestamp" : "--no-log-hide-timestamp") +
-                        ": deprecated in Horovod; use " +
-                        (*deprecatedHide ? "--log-without-timestamp" : "--log-with-timestamp"));
+    o.notices.push_back(
+        std::string(*deprecatedHide ? "--log-hide-timestamp" : "--no-log-hide-timestamp") +
+        ": deprecated in Horovod; use " +
+        (*deprecatedHide ? "--log-without-timestamp" : "--log-with-timestamp"));
     if (!o.logWithTimestamp) o.logWithTimestamp = !*deprecatedHide;
   }
   for (const auto& v : nicSingle) {
     if (v.find(',') != std::string::npos) {
-      o.notices.push_back("--network-interface " + v + ": a list is deprecated in Horovod; use "
-                          "--network-interfaces " + v);
+      o.notices.push_back("--network-interface " + v +
+                          ": a list is deprecated in Horovod; use "
+                          "--network-interfaces " +
+                          v);
     }
     for (auto& nic : splitInterfaces(v, "--network-interface")) o.networkInterfaces.push_back(nic);
   }
@@ -655,7 +704,8 @@ EnvList tuningEnv(const Options& o) {
   if (o.hierarchicalAllgather) {
     env.emplace_back("KOLO_HIERARCHICAL_ALLGATHER", onOff(*o.hierarchicalAllgather));
   }
-  if (o.timelineMarkCycles) env.emplace_back("KOLO_TIMELINE_MARK_CYCLES", onOff(*o.timelineMarkCycles));
+  if (o.timelineMarkCycles)
+    env.emplace_back("KOLO_TIMELINE_MARK_CYCLES", onOff(*o.timelineMarkCycles));
   if (o.autotuneWarmupSamples) {
     env.emplace_back("KOLO_AUTOTUNE_WARMUP_SAMPLES", std::to_string(*o.autotuneWarmupSamples));
   }

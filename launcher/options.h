@@ -26,8 +26,8 @@ struct Options {
   std::string networkInterface;                // the first of networkInterfaces
   std::vector<std::string> networkInterfaces;  // --network-interface(s), in order
   int port = 0;  // 0: any free port
-  double startTimeoutSeconds = 30;             // --start-timeout, else HOROVOD_START_TIMEOUT
-  bool startTimeoutGiven = false;              // on the command line
+  double startTimeoutSeconds = 30;  // --start-timeout, else HOROVOD_START_TIMEOUT
+  bool startTimeoutGiven = false;   // on the command line
   double graceSeconds = 5;
   std::vector<std::string> exportEnv;  // -x NAME or NAME=VALUE
 
@@ -58,9 +58,9 @@ struct Options {
   std::optional<bool> autotune;
   std::string autotuneLogFile;
   std::optional<int> autotuneWarmupSamples;
-  std::optional<int> autotuneStepsPerSample;             // accepted, no kolo meaning
-  std::optional<int> autotuneBayesOptMaxSamples;         // accepted, no kolo meaning
-  std::optional<double> autotuneGaussianProcessNoise;    // accepted, no kolo meaning
+  std::optional<int> autotuneStepsPerSample;           // accepted, no kolo meaning
+  std::optional<int> autotuneBayesOptMaxSamples;       // accepted, no kolo meaning
+  std::optional<double> autotuneGaussianProcessNoise;  // accepted, no kolo meaning
   std::string logLevel;  // kolo's level name (Horovod's upper-case names are mapped)
   std::optional<bool> logWithTimestamp;
   std::optional<bool> noStallCheck;
@@ -70,12 +70,12 @@ struct Options {
   std::optional<double> glooTimeoutSeconds;  // KOLO_TIMEOUT unless --timeout-seconds
 
   // Horovod's library options.
-  std::optional<bool> mpiThreadsDisable;   // accepted, no kolo meaning
-  std::string mpiArgs;                     // extra mpirun arguments (--mpi)
-  std::string bindingArgs;                 // mpirun binding arguments (--mpi)
-  bool tcp = false;                        // NCCL_IB_DISABLE=1
-  std::optional<int> numNcclStreams;       // accepted, no kolo meaning
-  std::optional<int> threadAffinity;       // accepted, no kolo meaning
+  std::optional<bool> mpiThreadsDisable;  // accepted, no kolo meaning
+  std::string mpiArgs;                    // extra mpirun arguments (--mpi)
+  std::string bindingArgs;                // mpirun binding arguments (--mpi)
+  bool tcp = false;                       // NCCL_IB_DISABLE=1
+  std::optional<int> numNcclStreams;      // accepted, no kolo meaning
+  std::optional<int> threadAffinity;      // accepted, no kolo meaning
 
   // Horovod's run-time checks and configuration.
   bool checkBuild = false;    // print what this build has and exit
@@ -116,8 +116,8 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv,
 // "-prefix-timestamp"); CLI11 wants one letter after a single dash. Rewrites
 // them to their long names in kolorun's own flags only, never in the
 // program's arguments, and joins --mpi-args / --binding-args with their
-// value ("--mpi-args=--map-by x"): theirs start with "-" themselves. valueFlags: flags that take separate values, each
-// listed once per value it takes.
+// value ("--mpi-args=--map-by x"): theirs start with "-" themselves. valueFlags: flags that take
+// separate values, each listed once per value it takes.
 std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags);
 

@@ -467,7 +467,8 @@ TEST(HorovodEnv, KolosNameWinsAndTheOverriddenAliasIsReported) {
   EXPECT_EQ(c.logLevel, LogLevel::kError);
   EXPECT_EQ(c.timeout, std::chrono::seconds(5));
   ASSERT_EQ(c.notices->lines.size(), 4u);
-  EXPECT_EQ(c.notices->lines[0], "HOROVOD_FUSION_THRESHOLD=2048 is overridden by KOLO_FUSION_THRESHOLD=1024");
+  EXPECT_EQ(c.notices->lines[0],
+            "HOROVOD_FUSION_THRESHOLD=2048 is overridden by KOLO_FUSION_THRESHOLD=1024");
 }
 
 TEST(HorovodEnv, BadValuesNameTheHorovodVariable) {
@@ -475,7 +476,8 @@ TEST(HorovodEnv, BadValuesNameTheHorovodVariable) {
     std::string var, value, expect;
   };
   std::vector<Case> cases = {
-      {"HOROVOD_FUSION_THRESHOLD", "64MB", "invalid value for HOROVOD_FUSION_THRESHOLD: '64MB' (expected bytes"},
+      {"HOROVOD_FUSION_THRESHOLD", "64MB",
+       "invalid value for HOROVOD_FUSION_THRESHOLD: '64MB' (expected bytes"},
       {"HOROVOD_CYCLE_TIME", "-1", "HOROVOD_CYCLE_TIME"},
       {"HOROVOD_CACHE_CAPACITY", "lots", "HOROVOD_CACHE_CAPACITY"},
       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "0", "invalid value for HOROVOD_GLOO_TIMEOUT_SECONDS: '0'"},
@@ -487,12 +489,14 @@ TEST(HorovodEnv, BadValuesNameTheHorovodVariable) {
       {"HOROVOD_TIMELINE_MARK_CYCLES", "sure", "HOROVOD_TIMELINE_MARK_CYCLES"},
       {"HOROVOD_LOG_LEVEL", "loud", "TRACE|DEBUG|INFO|WARNING|ERROR|FATAL"},
       {"HOROVOD_LOG_HIDE_TIME", "y", "HOROVOD_LOG_HIDE_TIME"},
-      {"HOROVOD_CONTROLLER", "NCCL", "invalid value for HOROVOD_CONTROLLER: 'NCCL' (expected one of GLOO|MPI"},
+      {"HOROVOD_CONTROLLER", "NCCL",
+       "invalid value for HOROVOD_CONTROLLER: 'NCCL' (expected one of GLOO|MPI"},
       {"HOROVOD_CPU_OPERATIONS", "DDL", "HOROVOD_CPU_OPERATIONS"},
       {"HOROVOD_GPU_OPERATIONS", "RCCL", "one of NCCL|MPI|GLOO"},
       {"HOROVOD_HIERARCHICAL_ALLREDUCE", "-1", "HOROVOD_HIERARCHICAL_ALLREDUCE"},
       {"HOROVOD_NUM_NCCL_STREAMS", "two", "HOROVOD_NUM_NCCL_STREAMS"},
-      {"HOROVOD_THREAD_AFFINITY", "0,x", "invalid value for HOROVOD_THREAD_AFFINITY: 'x' (expected core ids"},
+      {"HOROVOD_THREAD_AFFINITY", "0,x",
+       "invalid value for HOROVOD_THREAD_AFFINITY: 'x' (expected core ids"},
       {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5", "a number in [0, 1]"},
       {"HOROVOD_TORUS_ALLREDUCE", "yes please", "HOROVOD_TORUS_ALLREDUCE"},
   };
@@ -514,7 +518,8 @@ TEST(HorovodEnv, StallCheckDisableAndShutdownRules) {
   EXPECT_EQ(c.stallCheckTime.count(), 0);
   EXPECT_EQ(c.stallShutdownTime.count(), 0);
   // ... but kolo's own variables still win.
-  c = Config::fromEnv(envOf({{"HOROVOD_STALL_CHECK_DISABLE", "1"}, {"KOLO_STALL_SHUTDOWN_TIME", "7"}}));
+  c = Config::fromEnv(
+      envOf({{"HOROVOD_STALL_CHECK_DISABLE", "1"}, {"KOLO_STALL_SHUTDOWN_TIME", "7"}}));
   EXPECT_EQ(c.stallCheckTime.count(), 0);
   EXPECT_EQ(c.stallShutdownTime, std::chrono::seconds(7));
   c = Config::fromEnv(envOf({{"HOROVOD_STALL_CHECK_DISABLE", "0"}}));
@@ -587,7 +592,8 @@ TEST(HorovodEnv, VariablesWithoutMeaningAreReportedWithWhatKoloDoes) {
   ASSERT_EQ(tuned.notices->lines.size(), 1u);
   EXPECT_EQ(tuned.notices->lines[0].rfind("HOROVOD_CYCLE_TIME=5 with autotuning: ", 0), 0u);
   // Values kolo cannot follow are reported too, and the default stays.
-  Config c = Config::fromEnv(envOf({{"HOROVOD_CPU_OPERATIONS", "CCL"}, {"HOROVOD_TIMELINE", "DYNAMIC"}}));
+  Config c =
+      Config::fromEnv(envOf({{"HOROVOD_CPU_OPERATIONS", "CCL"}, {"HOROVOD_TIMELINE", "DYNAMIC"}}));
   EXPECT_EQ(c.cpuOperations, "gloo");
   EXPECT_TRUE(c.timelinePath.empty());
   ASSERT_EQ(c.notices->lines.size(), 2u);
@@ -618,10 +624,12 @@ TEST(HorovodEnv, NoticesAreLoggedOnceAtInfoLevel) {
   run(config);  // a second engine (an elastic world, say): not again
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].rfind("info [kolo rank 0] [info] HOROVOD_NUM_NCCL_STREAMS=4 has no effect", 0),
-            0u) << lines[0];
+            0u)
+      << lines[0];
 
   lines.clear();
-  Config fresh = Config::fromEnv(envOf({{"HOROVOD_NUM_NCCL_STREAMS", "4"}, {"KOLO_LOG_LEVEL", "info"}}));
+  Config fresh =
+      Config::fromEnv(envOf({{"HOROVOD_NUM_NCCL_STREAMS", "4"}, {"KOLO_LOG_LEVEL", "info"}}));
   fresh.logSink = sink;
   run(fresh);
   ASSERT_EQ(lines.size(), 1u);

@@ -224,24 +224,28 @@ const Unused kUnused[] = {
 
 void checkUnused(const Unused& u, const std::string& value) {
   switch (u.form) {
-    case Form::kSwitch: parseHorovodBool(u.name, value); break;
+    case Form::kSwitch:
+      parseHorovodBool(u.name, value);
+      break;
     case Form::kCount:
       parseInt(u.name, value, 0, std::numeric_limits<int32_t>::max(), "an integer >= 0");
       break;
-    case Form::kFraction: parseNumber(u.name, value, 0.0, 1.0, "a number in [0, 1]"); break;
+    case Form::kFraction:
+      parseNumber(u.name, value, 0.0, 1.0, "a number in [0, 1]");
+      break;
     case Form::kCoreList: {
       size_t start = 0;
       while (true) {
         size_t comma = value.find(',', start);
-        parseInt(u.name, value.substr(start, comma - start), 0,
-                 std::numeric_limits<int32_t>::max(),
+        parseInt(u.name, value.substr(start, comma - start), 0, std::numeric_limits<int32_t>::max(),
                  "core ids >= 0 separated by commas, one per local rank, e.g. 0,8");
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
       break;
     }
-    case Form::kText: break;
+    case Form::kText:
+      break;
   }
 }
 
@@ -297,8 +301,8 @@ Config Config::fromEnv(const EnvLookup& env) {
     c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000.0)));
   }
   if (auto v = reader.get("KOLO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY")) {
-    c.cacheCapacity = static_cast<int>(parseInt(v->name, v->value, 0, 1 << 20,
-                                                "an integer >= 0; 0 disables the cache"));
+    c.cacheCapacity = static_cast<int>(
+        parseInt(v->name, v->value, 0, 1 << 20, "an integer >= 0; 0 disables the cache"));
   }
   if (auto v = reader.get("KOLO_TIMEOUT", "HOROVOD_GLOO_TIMEOUT_SECONDS")) {
     c.timeout = seconds(parseNumber(v->name, v->value, 0.001, kDay, "seconds > 0, e.g. 60 or 2.5"));
@@ -310,9 +314,8 @@ Config Config::fromEnv(const EnvLookup& env) {
   }
   if ((stallShutdown =
            reader.get("KOLO_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"))) {
-    c.stallShutdownTime =
-        seconds(parseNumber(stallShutdown->name, stallShutdown->value, 0.0, kDay,
-                            "seconds >= 0; 0 never shuts down on a stall"));
+    c.stallShutdownTime = seconds(parseNumber(stallShutdown->name, stallShutdown->value, 0.0, kDay,
+                                              "seconds >= 0; 0 never shuts down on a stall"));
   }
   // Horovod stops stalled jobs only after warning about them.
   if (stallShutdown && stallShutdown->horovod && c.stallShutdownTime.count() > 0 &&
@@ -323,37 +326,41 @@ Config Config::fromEnv(const EnvLookup& env) {
   }
   // HOROVOD_STALL_CHECK_DISABLE turns Horovod's whole stall inspector off:
   // no warning and no shutdown, whatever its time variables say.
-  if (auto v = env("HOROVOD_STALL_CHECK_DISABLE"); v && parseHorovodBool("HOROVOD_STALL_CHECK_DISABLE", *v)) {
+  if (auto v = env("HOROVOD_STALL_CHECK_DISABLE");
+      v && parseHorovodBool("HOROVOD_STALL_CHECK_DISABLE", *v)) {
     if (!reader.has("KOLO_STALL_CHECK_TIME")) c.stallCheckTime = std::chrono::milliseconds(0);
     if (!reader.has("KOLO_STALL_SHUTDOWN_TIME")) c.stallShutdownTime = std::chrono::milliseconds(0);
   }
   if (auto v = reader.get("KOLO_TIMELINE", "HOROVOD_TIMELINE")) {
     if (v->horovod && v->value == "DYNAMIC") {
-      reader.note("HOROVOD_TIMELINE=DYNAMIC: kolo needs no file to allow start_timeline(); "
-                  "no timeline is written until start_timeline() is called");
+      reader.note(
+          "HOROVOD_TIMELINE=DYNAMIC: kolo needs no file to allow start_timeline(); "
+          "no timeline is written until start_timeline() is called");
     } else {
       c.timelinePath = v->value;
     }
   }
   if (auto v = reader.get("KOLO_AUTOTUNE", "HOROVOD_AUTOTUNE")) c.autotune = parseSwitch(*v);
-  if (auto v = reader.get("KOLO_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG")) c.autotuneLogPath = v->value;
+  if (auto v = reader.get("KOLO_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"))
+    c.autotuneLogPath = v->value;
   if (auto v = reader.get("KOLO_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES")) {
-    c.autotuneWarmupSamples = static_cast<int>(
-        parseInt(v->name, v->value, 0, 1000, "an integer between 0 and 1000"));
+    c.autotuneWarmupSamples =
+        static_cast<int>(parseInt(v->name, v->value, 0, 1000, "an integer between 0 and 1000"));
   }
   if (auto v = reader.get("KOLO_AUTOTUNE_SAMPLES")) {
-    c.autotuneSamples = static_cast<int>(
-        parseInt(v->name, v->value, 1, 1000, "an integer between 1 and 1000"));
+    c.autotuneSamples =
+        static_cast<int>(parseInt(v->name, v->value, 1, 1000, "an integer between 1 and 1000"));
   }
   if (auto v = reader.get("KOLO_AUTOTUNE_SAMPLE_TIME")) {
-    c.autotuneSampleTime = seconds(parseNumber(v->name, v->value, 0.001, 3600.0,
-                                               "seconds between 0.001 and 3600, e.g. 0.5"));
+    c.autotuneSampleTime = seconds(
+        parseNumber(v->name, v->value, 0.001, 3600.0, "seconds between 0.001 and 3600, e.g. 0.5"));
   }
   if (auto v = reader.get("KOLO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES")) {
     c.timelineMarkCycles = parseSwitch(*v);
   }
   if (auto v = reader.get("KOLO_LOG_LEVEL", "HOROVOD_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
-  if (auto v = reader.get("KOLO_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME")) c.logHideTime = parseSwitch(*v);
+  if (auto v = reader.get("KOLO_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME"))
+    c.logHideTime = parseSwitch(*v);
   if (auto v = reader.get("KOLO_CONTROLLER", "HOROVOD_CONTROLLER")) {
     c.controller = parseBackend(*v, {"gloo", "mpi"});
   }
