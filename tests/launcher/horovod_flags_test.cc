@@ -485,6 +485,33 @@ TEST(HorovodFlagsJob, ConfigFileAndFlagsReachTheWorkersAndNoticesReachStderr) {
   EXPECT_NE(r.err.find("kolorun: note: --num-nccl-streams: "), std::string::npos) << r.err;
 }
 
+// A real kolo program under kolorun: the job's HOROVOD_* settings reach
+// every rank's configuration, reported or refused there.
+TEST(HorovodFlagsJob, HorovodVariablesReachEachRanksConfig) {
+  auto r = runKolorun({"-np", "2", "-x", "HOROVOD_LOG_LEVEL=INFO", "-x",
+                       "HOROVOD_NUM_NCCL_STREAMS=2", KOLO_MP_WORKER, "sum"},
+                      std::chrono::seconds(60));
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  for (int rank : {0, 1}) {
+    const std::string line = "[" + std::to_string(rank) + "]<stderr>:";
+    bool found = false;
+    for (const auto& l : splitLines(r.out + "\n" + r.err)) {
+      found = found || (l.rfind(line, 0) == 0 &&
+                        l.find("[kolo rank " + std::to_string(rank) +
+                               "] [info] HOROVOD_NUM_NCCL_STREAMS=2 has no effect in kolo") !=
+                            std::string::npos);
+    }
+    EXPECT_TRUE(found) << rank << "\n" << r.out << r.err;
+  }
+
+  auto bad = runKolorun({"-np", "2", "-x", "HOROVOD_CYCLE_TIME=fast", KOLO_MP_WORKER, "sum"},
+                        std::chrono::seconds(60));
+  EXPECT_NE(bad.exitCode, 0);
+  EXPECT_NE((bad.out + bad.err).find("invalid value for HOROVOD_CYCLE_TIME: 'fast'"),
+            std::string::npos)
+      << bad.out << bad.err;
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace kolo::launcher
