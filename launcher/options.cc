@@ -201,7 +201,7 @@ std::vector<std::string> splitInterfaces(const std::string& value, const char* f
   return out;
 }
 
-double startTimeoutFromEnv(const EnvLookup& env, const char* name, double fallback) {
+double secondsFromEnv(const EnvLookup& env, const char* name, double fallback) {
   auto v = env(name);
   if (!v) return fallback;
   char* end = nullptr;
@@ -324,8 +324,8 @@ void checkRange(const std::optional<int>& v, const char* flag, const char* accep
 
 ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvLookup& env) {
   Options o;
-  o.startTimeoutSeconds = startTimeoutFromEnv(env, "HOROVOD_START_TIMEOUT", 30);
-  o.elasticTimeoutSeconds = startTimeoutFromEnv(env, "HOROVOD_ELASTIC_TIMEOUT", 600);
+  o.startTimeoutSeconds = secondsFromEnv(env, "HOROVOD_START_TIMEOUT", 30);
+  o.elasticTimeoutSeconds = secondsFromEnv(env, "HOROVOD_ELASTIC_TIMEOUT", 600);
   CLI::App app{"kolorun: start a kolo job of N ranks on one or more hosts.\n  kolorun [OPTIONS] -np N PROGRAM [ARGS...]", "kolorun"};
   app.prefix_command();
   app.footer(kFooter);
