@@ -76,11 +76,18 @@ Job::~Job() {
   closeFd(signalFd_);
 }
 
+std::string rankOutputDir(int rank, int size) {
+  const size_t width = std::to_string(std::max(size - 1, 0)).size();
+  std::string n = std::to_string(rank);
+  return "rank." + std::string(n.size() < width ? width - n.size() : 0, '0') + n;
+}
+
 void Job::openOutputFiles() {
   fileFds_.assign(ranks_.size() * 2, -1);
   if (options_.outputDir.empty()) return;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    std::string dir = options_.outputDir + "/rank." + std::to_string(i);
+    std::string dir = options_.outputDir + "/" +
+                      rankOutputDir(static_cast<int>(i), static_cast<int>(ranks_.size()));
     makeDirs(dir);
     for (int s = 0; s < 2; ++s) {
       std::string file = dir + (s == 0 ? "/stdout" : "/stderr");

@@ -19,6 +19,10 @@
 
 namespace kolo::launcher {
 
+// --output-filename's folder of one rank: "rank.N", N zero-padded to the
+// digits of size - 1 so that the folders sort in rank order (as horovodrun).
+std::string rankOutputDir(int rank, int size);
+
 class Job {
  public:
   // arrivals: the job's store; a rank has arrived once "kolo/arrived/<rank>"

@@ -34,6 +34,9 @@ int runKolorun(int argc, char** argv) {
   ParsedCommandLine parsed = parseCommandLine(argc, argv);
   if (!parsed.options) return parsed.exitCode;
   const Options& options = *parsed.options;
+  // Horovod flags kolo follows differently: one line each, before anything runs.
+  for (const auto& notice : options.notices)
+    std::fprintf(stderr, "kolorun: note: %s\n", notice.c_str());
   if (options.mpi) return runMpirun(options);  // mpirun runs the job
   if (options.elastic()) return runElasticJob(options);
 

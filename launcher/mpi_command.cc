@@ -40,9 +40,8 @@ bool plainWord(const std::string& s) {
 }  // namespace
 
 std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext& context) {
-  if (o.startTimeoutSeconds != 30) {
-    throw UsageError("--start-timeout has no meaning with --mpi (mpirun starts the ranks)");
-  }
+  // --start-timeout is accepted (as by horovodrun); Options::notices says
+  // that mpirun, not kolorun, starts the ranks.
   if (o.graceSeconds != 5) {
     throw UsageError("--grace-seconds has no meaning with --mpi (mpirun stops the ranks)");
   }
@@ -59,11 +58,18 @@ std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext
   if (context.isRoot) argv.push_back("--allow-run-as-root");
   argv.insert(argv.end(), {"-np", std::to_string(np), "-H", hostList});
   if (np > slots) argv.push_back("--oversubscribe");
-  argv.insert(argv.end(), {"--bind-to", "none", "--tag-output"});
+  if (o.bindingArgs.empty()) {
+    argv.insert(argv.end(), {"--bind-to", "none"});
+  } else {
+    for (auto& a : splitCommandLine(o.bindingArgs)) argv.push_back(std::move(a));
+  }
+  argv.push_back("--tag-output");
   if (o.prefixTimestamp) argv.push_back("--timestamp-output");
   if (!o.outputDir.empty()) argv.insert(argv.end(), {"--output-filename", o.outputDir});
-  if (!o.networkInterface.empty()) {
-    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", o.networkInterface});
+  if (!o.networkInterfaces.empty()) {
+    std::string nics;
+    for (const auto& nic : o.networkInterfaces) nics += (nics.empty() ? "" : ",") + nic;
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", nics});
   }
   if (!o.rsh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", o.rsh});
   std::string rshArgs;
@@ -76,7 +82,9 @@ std::vector<std::string> mpirunCommand(const Options& o, const MpiCommandContext
   if (context.servesStore) {
     for (const auto& name : kStoreVariables) argv.insert(argv.end(), {"-x", name});
   }
+  for (const auto& name : context.forwardedNames) argv.insert(argv.end(), {"-x", name});
   for (const auto& e : o.exportEnv) argv.insert(argv.end(), {"-x", e});
+  for (auto& a : splitCommandLine(o.mpiArgs)) argv.push_back(std::move(a));
   argv.insert(argv.end(), o.command.begin(), o.command.end());
   return argv;
 }
@@ -155,6 +163,14 @@ int runMpirun(const Options& options) {
   context.mpirun = *mpirun;
   context.isRoot = geteuid() == 0;
   context.servesStore = true;
+  for (const auto& entry : currentEnvironment()) {
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool setting = name.rfind("KOLO_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
+    if (setting &&
+        std::find(kStoreVariables.begin(), kStoreVariables.end(), name) == kStoreVariables.end()) {
+      context.forwardedNames.push_back(name);
+    }
+  }
   const std::vector<std::string> argv = mpirunCommand(options, context);
 
   const RendezvousEndpoint endpoint = storeEndpoint(options);

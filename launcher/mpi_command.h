@@ -20,6 +20,10 @@ struct MpiCommandContext {
   std::string mpirun = "mpirun";  // path or name of OpenMPI's mpirun
   bool isRoot = false;            // effective uid 0: --allow-run-as-root
   bool servesStore = false;       // kolorun serves the store: export its variables
+  // Variables of kolorun's environment that every rank must see (its KOLO_*
+  // and HOROVOD_* settings), exported by name: mpirun passes only exported
+  // variables to ranks on other hosts.
+  std::vector<std::string> forwardedNames;
 };
 
 // What kolorun sets in mpirun's environment when it serves the store.
@@ -30,20 +34,25 @@ inline const std::vector<std::string> kStoreVariables = {
 //   -np N -H host:slots,...     (hosts from -H/--hostfile, else localhost:N)
 //   --oversubscribe             when N exceeds the slots given
 //   --bind-to none              a rank bound to one core would starve kolo's
-//                               background thread on small machines
+//                               background thread on small machines (or
+//                               --binding-args, split as a shell would)
 //   --tag-output                "[job,rank]<stdout>:" prefixes
 //   -x NAME=VALUE               every KOLO_* variable kolorun's flags set
 //                               (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi
 //                               included)
 //   -x NAME                     with servesStore, each of kStoreVariables
-//                               (their values stay in the environment)
+//                               (their values stay in the environment),
+//                               then each of forwardedNames
 //   -x ...                      then the user's -x as given
+//   ...                         then --mpi-args, split as a shell would
 //   --allow-run-as-root         when root
 //   remote: --rsh, --ssh-port and --ssh-identity-file become
-//   plm_rsh_agent / plm_rsh_args; --network-interface also restricts MPI's
-//   TCP transport; --output-filename and --prefix-timestamp map to mpirun's.
-// Flags without an MPI meaning (--start-timeout, --grace-seconds) are
-// refused with a UsageError; --port is the store's.
+//   plm_rsh_agent / plm_rsh_args; --network-interface(s) also restrict MPI's
+//   TCP transport (all of them); --output-filename and --prefix-timestamp
+//   map to mpirun's.
+// --grace-seconds (kolo's own) has no MPI meaning and is refused with a
+// UsageError; --start-timeout is accepted with a notice, as horovodrun
+// takes it; --port is the store's.
 std::vector<std::string> mpirunCommand(const Options& options, const MpiCommandContext& context);
 
 // The command as one line a shell would read back (for --verbose).

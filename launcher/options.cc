@@ -9,6 +9,8 @@
 #include <memory>
 #include <sstream>
 
+#include "check_build.h"
+#include "config_file.h"
 #include "kolo/build_config.h"
 #include "usage_error.h"
 
@@ -87,61 +89,289 @@ std::string formatNumber(double value) {
   return out.str();
 }
 
+namespace {
+
+// horovodrun's single-dash spellings of long flags.
+const std::pair<const char*, const char*> kSingleDash[] = {
+    {"-np", "--num-proc"},
+    {"-cb", "--check-build"},
+    {"-hostfile", "--hostfile"},
+    {"-prefix-timestamp", "--prefix-output-with-timestamp"},
+};
+
+// Flags whose values start with "-" themselves.
+const char* const kJoinedValueFlags[] = {"--mpi-args", "--binding-args"};
+
+}  // namespace
+
 std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags) {
   std::vector<std::string> out;
   bool inCommand = false;
   int expectValues = 0;
-  for (const auto& arg : args) {
+  bool joinNext = false;
+  for (const auto& original : args) {
     if (inCommand) {
-      out.push_back(arg);
-    } else if (expectValues > 0) {
+      out.push_back(original);
+      continue;
+    }
+    if (expectValues > 0) {
       --expectValues;
-      out.push_back(arg);
-    } else if (arg == "--") {
-      inCommand = true;
-      out.push_back(arg);
-    } else if (arg == "-np") {
-      out.push_back("--num-proc");
-      expectValues = 1;
-    } else if (arg.rfind("-np=", 0) == 0) {
-      out.push_back("--num-proc=" + arg.substr(4));
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      out.push_back(arg);
-      bool inlineValue = arg.find('=') != std::string::npos ||
-                         (arg.size() > 2 && arg[1] != '-');  // "-Hhost:2"
-      for (const auto& f : valueFlags) {
-        if (f == arg && !inlineValue) ++expectValues;  // listed once per value
+      if (joinNext) {
+        out.back() += "=" + original;
+        joinNext = false;
+      } else {
+        out.push_back(original);
       }
-    } else {
+      continue;
+    }
+    if (original == "--") {
+      inCommand = true;
+      out.push_back(original);
+      continue;
+    }
+    if (original.size() < 2 || original[0] != '-') {
       inCommand = true;  // the program: everything from here is its own
-      out.push_back(arg);
+      out.push_back(original);
+      continue;
+    }
+    std::string arg = original;
+    for (const auto& [single, long_] : kSingleDash) {
+      const std::string prefix = std::string(single) + "=";
+      if (arg == single) arg = long_;
+      if (arg.rfind(prefix, 0) == 0) arg = long_ + arg.substr(prefix.size() - 1);
+    }
+    out.push_back(arg);
+    bool inlineValue =
+        arg.find('=') != std::string::npos || (arg.size() > 2 && arg[1] != '-');  // "-Hhost:2"
+    if (inlineValue) continue;
+    for (const auto& f : valueFlags) {
+      if (f == arg) ++expectValues;  // listed once per value
+    }
+    for (const char* f : kJoinedValueFlags) {
+      if (arg == f) joinNext = expectValues > 0;
     }
   }
   return out;
 }
 
-ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
+namespace {
+
+// A Horovod on/off pair: --NAME sets the switch, --no-NAME clears it.
+void addSwitch(CLI::App& app, const std::string& on, const std::string& off,
+               std::optional<bool>& target, const std::string& help, const std::string& group,
+               const std::string& offHelp = "") {
+  CLI::Option* a = app.add_flag_callback(
+                          on, [&target] { target = true; }, help)
+                       ->group(group);
+  CLI::Option* b =
+      app.add_flag_callback(
+             off, [&target] { target = false; }, offHelp.empty() ? "turn " + on + " off" : offHelp)
+          ->group(group);
+  a->excludes(b);
+}
+
+// Horovod's --log-level names are upper case (and include FATAL).
+std::string koloLogLevel(const std::string& level, std::vector<std::string>& notices) {
+  std::string lower = level;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "fatal") {
+    notices.push_back(
+        "--log-level FATAL: kolo has no fatal level; it logs errors only "
+        "(KOLO_LOG_LEVEL=error)");
+    return "error";
+  }
+  return lower;
+}
+
+std::vector<std::string> splitInterfaces(const std::string& value, const char* flag) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = value.find(',', start);
+    std::string name = value.substr(start, comma - start);
+    if (name.empty()) {
+      throw UsageError(std::string(flag) + " '" + value +
+                       "': expected interface names separated by commas, e.g. eth0,eth1");
+    }
+    out.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+double secondsFromEnv(const EnvLookup& env, const char* name, double fallback) {
+  auto v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  double value = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || !std::isfinite(value) || value < 0) {
+    throw UsageError(std::string(name) + "='" + *v + "': expected seconds >= 0");
+  }
+  return value;
+}
+
+// What kolo does instead, for each Horovod flag it accepts without
+// following it (or follows differently).
+void addNotices(Options& o) {
+  auto& n = o.notices;
+  if (o.disableCache) {
+    n.push_back(
+        "--disable-cache: kolorun caches no start-up checks between runs, so there is "
+        "nothing to disable");
+  }
+  if (o.jsrun) {
+    n.push_back(
+        "--jsrun: kolo does not start jobs through jsrun; kolorun starts the ranks "
+        "itself (ssh for other hosts) with Gloo");
+  }
+  if (o.torusAllreduce) {
+    n.push_back(std::string(*o.torusAllreduce ? "--torus-allreduce" : "--no-torus-allreduce") +
+                ": kolo has no NCCL torus allreduce; its two-level allreduce is "
+                "--hierarchical-allreduce (KOLO_HIERARCHICAL_ALLREDUCE)");
+  }
+  if (o.autotuneStepsPerSample) {
+    n.push_back(
+        "--autotune-steps-per-sample: kolo's autotuner measures each sample over a time "
+        "(KOLO_AUTOTUNE_SAMPLE_TIME, seconds), not over a number of steps");
+  }
+  if (o.autotuneBayesOptMaxSamples) {
+    n.push_back(
+        "--autotune-bayes-opt-max-samples: kolo's autotuner searches small fixed grids "
+        "one parameter at a time, not by Bayesian optimisation (KOLO_AUTOTUNE_SAMPLES "
+        "sets the samples per setting)");
+  }
+  if (o.autotuneGaussianProcessNoise) {
+    n.push_back(
+        "--autotune-gaussian-process-noise: kolo's autotuner has no Gaussian process; "
+        "it scores each setting by the median of its samples");
+  }
+  if (o.mpiThreadsDisable) {
+    n.push_back(
+        std::string(*o.mpiThreadsDisable ? "--mpi-threads-disable" : "--no-mpi-threads-disable") +
+        ": kolo initialises MPI with MPI_THREAD_SERIALIZED, which its background "
+        "thread needs");
+  }
+  if (!o.mpiArgs.empty() && !o.mpi) {
+    n.push_back(
+        "--mpi-args: used only with --mpi (kolorun runs this job itself, without "
+        "mpirun); ignored");
+  }
+  if (!o.bindingArgs.empty() && !o.mpi) {
+    n.push_back(
+        "--binding-args: used only with --mpi (kolorun runs this job itself, without "
+        "mpirun and without binding ranks); ignored");
+  }
+  if (o.numNcclStreams) {
+    n.push_back(
+        "--num-nccl-streams: kolo runs GPU collectives on one communication stream per "
+        "device, shared by every process set; ignored");
+  }
+  if (o.threadAffinity) {
+    n.push_back(
+        "--thread-affinity: kolo does not pin its background thread; pin the ranks with "
+        "--mpi --binding-args or taskset/numactl instead; ignored");
+  }
+  if (o.glooTimeoutSeconds && o.timeoutSeconds) {
+    n.push_back("--gloo-timeout-seconds: --timeout-seconds (KOLO_TIMEOUT) is also given and wins");
+  }
+  if (o.mpi && o.startTimeoutGiven) {
+    n.push_back(
+        "--start-timeout: with --mpi, mpirun starts the ranks and kolorun does not time "
+        "their start");
+  }
+  if (o.noStallCheck.value_or(false) &&
+      (o.stallCheckWarningSeconds || o.stallCheckShutdownSeconds)) {
+    n.push_back(
+        "--no-stall-check: the stall check is off, so its time flags have no effect "
+        "(as in Horovod)");
+  }
+  if (o.autotune.value_or(false)) {
+    // Horovod holds explicitly set parameters constant while tuning.
+    std::string held;
+    if (o.fusionThresholdMb) held += " --fusion-threshold-mb";
+    if (o.cycleTimeMs) held += " --cycle-time-ms";
+    if (o.cacheCapacity && *o.cacheCapacity > 0) held += " --cache-capacity";
+    if (!held.empty()) {
+      n.push_back("--autotune:" + held +
+                  ": kolo's autotuner starts from the value given and may "
+                  "change it (Horovod holds it constant); --hierarchical-allreduce and "
+                  "--no-hierarchical-allreduce are held");
+    }
+  }
+  if (o.networkInterfaces.size() > 1) {
+    n.push_back("--network-interfaces: kolo's rendezvous and Gloo data plane use the first, " +
+                o.networkInterfaces.front() +
+                " (as Horovod's Gloo does); NCCL and MPI get them all");
+  }
+}
+
+void checkRange(const std::optional<double>& v, const char* flag, double min, double max,
+                const char* accepted) {
+  if (v && (!std::isfinite(*v) || *v < min || *v > max)) {
+    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + formatNumber(*v));
+  }
+}
+
+void checkRange(const std::optional<int>& v, const char* flag, const char* accepted) {
+  if (v && *v < 0) {
+    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + std::to_string(*v));
+  }
+}
+
+}  // namespace
+
+ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvLookup& env) {
   Options o;
+  o.startTimeoutSeconds = secondsFromEnv(env, "HOROVOD_START_TIMEOUT", 30);
+  o.elasticTimeoutSeconds = secondsFromEnv(env, "HOROVOD_ELASTIC_TIMEOUT", 600);
   CLI::App app{"kolorun: start a kolo job of N ranks on one or more hosts.\n  kolorun [OPTIONS] -np N PROGRAM [ARGS...]", "kolorun"};
   app.prefix_command();
   app.footer(kFooter);
   app.get_formatter()->column_width(42);
-  app.set_version_flag("--version", "kolorun (kolo) 0.1.0");
+  app.set_version_flag("-v,--version", "kolorun (kolo) " KOLO_VERSION);
 
   // Job shape.
   app.add_option("--num-proc", o.np, "-np N: number of ranks (default: all slots of -H/--hostfile)")
       ->check(CLI::PositiveNumber)->group("Job");
   app.add_option("-H,--hosts", o.hosts, "host:slots,... ranks per host (default localhost:N)")
       ->group("Job");
-  app.add_option("--hostfile", o.hostfile, "file of 'host slots=N' lines ('#' comments)")
-      ->group("Job")->excludes("--hosts");
-  app.add_flag("--gloo", o.gloo, "use Gloo for control and CPU operations "
-               "(KOLO_CONTROLLER=gloo, KOLO_CPU_OPERATIONS=gloo; the default)")->group("Job");
-  app.add_flag("--mpi", o.mpi, "run the job under mpirun with MPI for control and CPU "
-               "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
-               "the mpirun command")
-      ->group("Job")->excludes("--gloo");
+  app.add_option("--hostfile", o.hostfile,
+                 "(or -hostfile) file of 'host slots=N' lines "
+                 "('#' comments)")
+      ->group("Job")
+      ->excludes("--hosts");
+  CLI::Option* glooFlag =
+      app.add_flag("--gloo", o.gloo,
+                   "use Gloo for control and CPU operations "
+                   "(KOLO_CONTROLLER=gloo, KOLO_CPU_OPERATIONS=gloo; the default)")
+          ->group("Job");
+  CLI::Option* mpiFlag =
+      app.add_flag("--mpi", o.mpi,
+                   "run the job under mpirun with MPI for control and CPU "
+                   "operations (KOLO_CONTROLLER=mpi, KOLO_CPU_OPERATIONS=mpi); --verbose prints "
+                   "the mpirun command")
+          ->group("Job")
+          ->excludes("--gloo");
+  app.add_flag("--jsrun", o.jsrun,
+               "accepted for horovodrun's sake: kolorun starts the ranks "
+               "itself, with a notice")
+      ->group("Job")
+      ->excludes(glooFlag)
+      ->excludes(mpiFlag);
+  app.add_flag(
+         "--check-build", o.checkBuild,
+         "(or -cb) print which frameworks, controllers and tensor operations this build of kolo "
+         "has, and exit")
+      ->group("Job");
+  app.add_option("--config-file", o.configFile,
+                 "Horovod's YAML file of settings (params, autotune, timeline, stall_check, "
+                 "library_options, logging, controller); flags on the command line win")
+      ->group("Job");
+  app.add_flag("--disable-cache", o.disableCache,
+               "accepted for horovodrun's sake: kolorun caches no start-up checks")
+      ->group("Job");
 
   // Elastic.
   app.add_option("--min-np,--min-num-proc", o.minNp,
@@ -159,8 +389,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
       ->check(CLI::PositiveNumber)->group("Elastic");
   app.add_option("--elastic-timeout", o.elasticTimeoutSeconds,
                  "elastic: seconds to wait for --min-np workers (at the start, or after losing "
-                 "workers) before the job ends (default 600)")
-      ->check(CLI::PositiveNumber)->group("Elastic");
+                 "workers) before the job ends (default: HOROVOD_ELASTIC_TIMEOUT, else 600)")
+      ->check(CLI::PositiveNumber)
+      ->group("Elastic");
   app.add_option("--reset-limit", o.resetLimit,
                  "elastic: end the job after this many re-formed worlds (default: no limit)")
       ->check(CLI::NonNegativeNumber)->group("Elastic");
@@ -173,14 +404,25 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
       ->check(CLI::PositiveNumber)->group("Elastic");
 
   // Rendezvous and processes.
-  app.add_option("--network-interface", o.networkInterface,
+  std::vector<std::string> nicSingle, nicList;
+  app.add_option("--network-interface", nicSingle,
                  "interface whose IPv4 address workers use to reach kolorun's rendezvous "
-                 "store; also sets KOLO_IFACE for the data plane")->group("Rendezvous");
+                 "store; also sets KOLO_IFACE for the data plane (repeatable)")
+      ->allow_extra_args(false)
+      ->group("Rendezvous");
+  app.add_option("--network-interfaces", nicList,
+                 "NIC[,NIC...]: interfaces for the job; the first is --network-interface's, all "
+                 "go to NCCL (NCCL_SOCKET_IFNAME) and with --mpi to MPI's TCP transport")
+      ->allow_extra_args(false)
+      ->group("Rendezvous");
   app.add_option("--port", o.port, "TCP port of the rendezvous store (default: a free port)")
       ->check(CLI::Range(1, 65535))->group("Rendezvous");
-  app.add_option("--start-timeout", o.startTimeoutSeconds,
-                 "seconds a running worker may take to reach rendezvous; 0 = no limit "
-                 "(default 30)")->check(CLI::NonNegativeNumber)->group("Rendezvous");
+  CLI::Option* startTimeout =
+      app.add_option("--start-timeout", o.startTimeoutSeconds,
+                     "seconds a running worker may take to reach rendezvous; 0 = no limit "
+                     "(default: HOROVOD_START_TIMEOUT, else 30)")
+          ->check(CLI::NonNegativeNumber)
+          ->group("Rendezvous");
   app.add_option("--grace-seconds", o.graceSeconds,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
       ->check(CLI::NonNegativeNumber)->group("Rendezvous");
@@ -199,36 +441,106 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   // Output.
   app.add_option("--output-filename", o.outputDir,
                  "also write each rank's output to DIR/rank.N/{stdout,stderr}")->group("Output");
-  app.add_flag("--prefix-timestamp", o.prefixTimestamp, "start each output line with the time")
+  app.add_flag("--prefix-timestamp,--prefix-output-with-timestamp", o.prefixTimestamp,
+               "(or -prefix-timestamp) start each output line with the time")
       ->group("Output");
   app.add_flag("--verbose", o.verbose, "print the rank placement and rendezvous address")
       ->group("Output");
 
   // Tuning.
+  const std::string tuning = "Tuning";
   app.add_option("--fusion-threshold-mb", o.fusionThresholdMb,
-                 "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")->group("Tuning");
+                 "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")
+      ->group(tuning);
   app.add_option("--cycle-time-ms", o.cycleTimeMs, "coordination cycle in ms (KOLO_CYCLE_TIME)")
-      ->group("Tuning");
+      ->group(tuning);
   app.add_option("--cache-capacity", o.cacheCapacity,
                  "response cache entries, 0 = off (KOLO_CACHE_CAPACITY)")
-      ->check(CLI::NonNegativeNumber)->group("Tuning");
+      ->check(CLI::NonNegativeNumber)
+      ->group(tuning);
+  addSwitch(app, "--hierarchical-allreduce", "--no-hierarchical-allreduce", o.hierarchicalAllreduce,
+            "allreduce across hosts in two levels: shared memory in each host, then across "
+            "hosts (KOLO_HIERARCHICAL_ALLREDUCE=1)",
+            tuning, "flat allreduce, also under --autotune (KOLO_HIERARCHICAL_ALLREDUCE=0)");
+  addSwitch(app, "--hierarchical-allgather", "--no-hierarchical-allgather", o.hierarchicalAllgather,
+            "the same two levels for allgather and broadcast (KOLO_HIERARCHICAL_ALLGATHER=1)",
+            tuning, "flat allgather (KOLO_HIERARCHICAL_ALLGATHER=0)");
+  addSwitch(app, "--torus-allreduce", "--no-torus-allreduce", o.torusAllreduce,
+            "accepted for horovodrun's sake (no NCCL torus in kolo), with a notice", tuning,
+            "accepted for horovodrun's sake, with a notice");
   app.add_option("--timeline-filename", o.timelineFilename,
-                 "write a Chrome-trace timeline to this file (KOLO_TIMELINE)")->group("Tuning");
-  app.add_flag("--autotune", o.autotune, "tune fusion and cycle time online (KOLO_AUTOTUNE=1)")
-      ->group("Tuning");
+                 "write a Chrome-trace timeline to this file (KOLO_TIMELINE)")
+      ->group(tuning);
+  addSwitch(app, "--timeline-mark-cycles", "--no-timeline-mark-cycles", o.timelineMarkCycles,
+            "mark coordination cycles on the timeline (KOLO_TIMELINE_MARK_CYCLES=1)", tuning);
+  addSwitch(app, "--autotune", "--no-autotune", o.autotune,
+            "tune fusion and cycle time online (KOLO_AUTOTUNE=1)", tuning);
   app.add_option("--autotune-log-file", o.autotuneLogFile,
-                 "log autotuning samples to this file (KOLO_AUTOTUNE_LOG)")->group("Tuning");
-  app.add_option("--log-level", o.logLevel, "worker log level (KOLO_LOG_LEVEL)")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error", "off"}))
-      ->group("Tuning");
+                 "log autotuning samples to this file (KOLO_AUTOTUNE_LOG)")
+      ->group(tuning);
+  app.add_option("--autotune-warmup-samples", o.autotuneWarmupSamples,
+                 "samples discarded after each change (KOLO_AUTOTUNE_WARMUP_SAMPLES)")
+      ->group(tuning);
+  app.add_option("--autotune-steps-per-sample", o.autotuneStepsPerSample,
+                 "accepted for horovodrun's sake, with a notice")
+      ->group(tuning);
+  app.add_option("--autotune-bayes-opt-max-samples", o.autotuneBayesOptMaxSamples,
+                 "accepted for horovodrun's sake, with a notice")
+      ->group(tuning);
+  app.add_option("--autotune-gaussian-process-noise", o.autotuneGaussianProcessNoise,
+                 "accepted for horovodrun's sake (in [0, 1]), with a notice")
+      ->group(tuning);
+  std::string logLevel;
+  app.add_option("--log-level", logLevel,
+                 "worker log level (KOLO_LOG_LEVEL): "
+                 "trace|debug|info|warning|error|off or Horovod's TRACE|...|FATAL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error", "off", "TRACE", "DEBUG",
+                             "INFO", "WARNING", "ERROR", "FATAL"}))
+      ->group(tuning);
+  addSwitch(app, "--log-with-timestamp", "--log-without-timestamp", o.logWithTimestamp,
+            "worker log lines start with the time (the default; KOLO_LOG_HIDE_TIME=0)", tuning,
+            "worker log lines without the time (KOLO_LOG_HIDE_TIME=1)");
+  std::optional<bool> deprecatedHide;
+  addSwitch(app, "--log-hide-timestamp", "--no-log-hide-timestamp", deprecatedHide,
+            "Horovod's old name of --log-without-timestamp", tuning,
+            "Horovod's old name of --log-with-timestamp");
+  addSwitch(app, "--no-stall-check", "--stall-check", o.noStallCheck,
+            "no stall warning and no stall shutdown (KOLO_STALL_CHECK_TIME=0, "
+            "KOLO_STALL_SHUTDOWN_TIME=0)",
+            tuning, "keep the stall check on (the default)");
   app.add_option("--stall-check-warning-time-seconds", o.stallCheckWarningSeconds,
                  "warn when ranks stall this long, 0 = off (KOLO_STALL_CHECK_TIME)")
-      ->group("Tuning");
+      ->group(tuning);
   app.add_option("--stall-check-shutdown-time-seconds", o.stallCheckShutdownSeconds,
-                 "fail the job after a stall this long, 0 = off (KOLO_STALL_SHUTDOWN_TIME)")
-      ->group("Tuning");
+                 "fail the job after a stall this long, 0 = off; as in Horovod, only when "
+                 "longer than the warning time (KOLO_STALL_SHUTDOWN_TIME)")
+      ->group(tuning);
   app.add_option("--timeout-seconds", o.timeoutSeconds,
-                 "declare a silent peer failed after this long (KOLO_TIMEOUT)")->group("Tuning");
+                 "declare a silent peer failed after this long (KOLO_TIMEOUT)")
+      ->group(tuning);
+  app.add_option("--gloo-timeout-seconds", o.glooTimeoutSeconds,
+                 "Horovod's bound on Gloo operations: KOLO_TIMEOUT, which bounds every wait "
+                 "(--timeout-seconds wins)")
+      ->group(tuning);
+
+  // Library options.
+  const std::string library = "Library";
+  addSwitch(app, "--mpi-threads-disable", "--no-mpi-threads-disable", o.mpiThreadsDisable,
+            "accepted for horovodrun's sake (kolo needs MPI_THREAD_SERIALIZED), with a notice",
+            library, "accepted for horovodrun's sake, with a notice");
+  app.add_option("--mpi-args", o.mpiArgs,
+                 "with --mpi: extra mpirun arguments, e.g. --mpi-args=\"--map-by ppr:2:node\"")
+      ->group(library);
+  app.add_option("--binding-args", o.bindingArgs,
+                 "with --mpi: mpirun's binding arguments instead of '--bind-to none'")
+      ->group(library);
+  app.add_flag("--tcp", o.tcp, "TCP only: NCCL_IB_DISABLE=1 for every worker")->group(library);
+  app.add_option("--num-nccl-streams", o.numNcclStreams,
+                 "accepted for horovodrun's sake (one stream per GPU in kolo), with a notice")
+      ->group(library);
+  app.add_option("--thread-affinity", o.threadAffinity,
+                 "accepted for horovodrun's sake (kolo does not pin threads), with a notice")
+      ->group(library);
 
   std::vector<std::string> valueFlags;
   for (const CLI::Option* opt : app.get_options()) {
@@ -248,11 +560,56 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
     std::printf("%s", app.help().c_str());
     return {std::nullopt, 0};
   } catch (const CLI::CallForVersion&) {
-    std::printf("kolorun (kolo) 0.1.0\n");
+    std::printf("kolorun (kolo) %s\n", KOLO_VERSION);
     return {std::nullopt, 0};
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     throw UsageError(msg + "; see kolorun --help");
+  }
+  o.startTimeoutGiven = startTimeout->count() > 0;
+
+  // Horovod's deprecated spellings and comma lists, as horovodrun takes them.
+  if (deprecatedHide) {
+    o.notices.push_back(
+        std::string(*deprecatedHide ? "--log-hide-timestamp" : "--no-log-hide-timestamp") +
+        ": deprecated in Horovod; use " +
+        (*deprecatedHide ? "--log-without-timestamp" : "--log-with-timestamp"));
+    if (!o.logWithTimestamp) o.logWithTimestamp = !*deprecatedHide;
+  }
+  for (const auto& v : nicSingle) {
+    if (v.find(',') != std::string::npos) {
+      o.notices.push_back("--network-interface " + v +
+                          ": a list is deprecated in Horovod; use "
+                          "--network-interfaces " +
+                          v);
+    }
+    for (auto& nic : splitInterfaces(v, "--network-interface")) o.networkInterfaces.push_back(nic);
+  }
+  for (const auto& v : nicList) {
+    for (auto& nic : splitInterfaces(v, "--network-interfaces")) o.networkInterfaces.push_back(nic);
+  }
+  {
+    std::vector<std::string> unique;
+    for (auto& nic : o.networkInterfaces) {
+      if (std::find(unique.begin(), unique.end(), nic) == unique.end()) unique.push_back(nic);
+    }
+    o.networkInterfaces = std::move(unique);
+  }
+  if (!o.networkInterfaces.empty()) o.networkInterface = o.networkInterfaces.front();
+  if (!logLevel.empty()) o.logLevel = koloLogLevel(logLevel, o.notices);
+
+  // Horovod's YAML settings, for whatever the command line left unset.
+  if (!o.configFile.empty()) {
+    auto given = [&app](const std::string& flag) {
+      const CLI::Option* opt = app.get_option_no_throw(flag);
+      return opt != nullptr && opt->count() > 0;
+    };
+    applyConfigFile(o.configFile, o, given);
+  }
+
+  if (o.checkBuild) {
+    std::printf("%s", checkBuildReport(o.verbose).c_str());
+    return {std::nullopt, 0};
   }
 
   o.command = app.remaining();
@@ -279,17 +636,32 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv) {
   checkPositive(o.stallCheckWarningSeconds, "--stall-check-warning-time-seconds", true);
   checkPositive(o.stallCheckShutdownSeconds, "--stall-check-shutdown-time-seconds", true);
   checkPositive(o.timeoutSeconds, "--timeout-seconds", false);
+  checkPositive(o.glooTimeoutSeconds, "--gloo-timeout-seconds", false);
+  checkRange(o.autotuneGaussianProcessNoise, "--autotune-gaussian-process-noise", 0.0, 1.0,
+             "in [0, 1]");
+  checkRange(o.cacheCapacity, "--cache-capacity", "zero or more");
+  checkRange(o.autotuneWarmupSamples, "--autotune-warmup-samples", "zero or more");
+  checkRange(o.autotuneStepsPerSample, "--autotune-steps-per-sample", "zero or more");
+  checkRange(o.autotuneBayesOptMaxSamples, "--autotune-bayes-opt-max-samples", "zero or more");
+  checkRange(o.numNcclStreams, "--num-nccl-streams", "zero or more");
+  checkRange(o.threadAffinity, "--thread-affinity", "zero or more");
+  if (o.autotuneWarmupSamples && *o.autotuneWarmupSamples > 1000) {
+    throw UsageError("--autotune-warmup-samples must be at most 1000, got " +
+                     std::to_string(*o.autotuneWarmupSamples));
+  }
   for (const auto& e : o.exportEnv) {
     std::string name = e.substr(0, e.find('='));
     bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
     if (!ok) throw UsageError("-x '" + e + "': expected NAME or NAME=VALUE");
   }
+  addNotices(o);
   return {o, 0};
 }
 
 EnvList tuningEnv(const Options& o) {
   EnvList env;
+  auto onOff = [](bool on) { return std::string(on ? "1" : "0"); };
   if (o.fusionThresholdMb) {
     env.emplace_back("KOLO_FUSION_THRESHOLD",
                      formatNumber(std::floor(*o.fusionThresholdMb * 1024.0 * 1024.0)));
@@ -297,16 +669,25 @@ EnvList tuningEnv(const Options& o) {
   if (o.cycleTimeMs) env.emplace_back("KOLO_CYCLE_TIME", formatNumber(*o.cycleTimeMs));
   if (o.cacheCapacity) env.emplace_back("KOLO_CACHE_CAPACITY", std::to_string(*o.cacheCapacity));
   if (!o.timelineFilename.empty()) env.emplace_back("KOLO_TIMELINE", o.timelineFilename);
-  if (o.autotune) env.emplace_back("KOLO_AUTOTUNE", "1");
+  if (o.autotune) env.emplace_back("KOLO_AUTOTUNE", onOff(*o.autotune));
   if (!o.autotuneLogFile.empty()) env.emplace_back("KOLO_AUTOTUNE_LOG", o.autotuneLogFile);
   if (!o.logLevel.empty()) env.emplace_back("KOLO_LOG_LEVEL", o.logLevel);
-  if (o.stallCheckWarningSeconds) {
+  const bool stallOff = o.noStallCheck.value_or(false);
+  if (o.stallCheckWarningSeconds && !stallOff) {
     env.emplace_back("KOLO_STALL_CHECK_TIME", formatNumber(*o.stallCheckWarningSeconds));
   }
-  if (o.stallCheckShutdownSeconds) {
-    env.emplace_back("KOLO_STALL_SHUTDOWN_TIME", formatNumber(*o.stallCheckShutdownSeconds));
+  if (o.stallCheckShutdownSeconds && !stallOff) {
+    // Horovod shuts a stalled job down only after its warning.
+    const double warning = o.stallCheckWarningSeconds.value_or(60);
+    const double shutdown = *o.stallCheckShutdownSeconds;
+    env.emplace_back("KOLO_STALL_SHUTDOWN_TIME",
+                     formatNumber(shutdown > 0 && shutdown < warning ? 0 : shutdown));
   }
-  if (o.timeoutSeconds) env.emplace_back("KOLO_TIMEOUT", formatNumber(*o.timeoutSeconds));
+  if (o.timeoutSeconds) {
+    env.emplace_back("KOLO_TIMEOUT", formatNumber(*o.timeoutSeconds));
+  } else if (o.glooTimeoutSeconds) {
+    env.emplace_back("KOLO_TIMEOUT", formatNumber(*o.glooTimeoutSeconds));
+  }
   if (!o.networkInterface.empty()) env.emplace_back("KOLO_IFACE", o.networkInterface);
   if (o.gloo) {
     env.emplace_back("KOLO_CONTROLLER", "gloo");
@@ -316,6 +697,29 @@ EnvList tuningEnv(const Options& o) {
     env.emplace_back("KOLO_CONTROLLER", "mpi");
     env.emplace_back("KOLO_CPU_OPERATIONS", "mpi");
   }
+  // Horovod's flags that kolo follows beyond the ones above.
+  if (o.hierarchicalAllreduce) {
+    env.emplace_back("KOLO_HIERARCHICAL_ALLREDUCE", onOff(*o.hierarchicalAllreduce));
+  }
+  if (o.hierarchicalAllgather) {
+    env.emplace_back("KOLO_HIERARCHICAL_ALLGATHER", onOff(*o.hierarchicalAllgather));
+  }
+  if (o.timelineMarkCycles)
+    env.emplace_back("KOLO_TIMELINE_MARK_CYCLES", onOff(*o.timelineMarkCycles));
+  if (o.autotuneWarmupSamples) {
+    env.emplace_back("KOLO_AUTOTUNE_WARMUP_SAMPLES", std::to_string(*o.autotuneWarmupSamples));
+  }
+  if (stallOff) {
+    env.emplace_back("KOLO_STALL_CHECK_TIME", "0");
+    env.emplace_back("KOLO_STALL_SHUTDOWN_TIME", "0");
+  }
+  if (o.logWithTimestamp) env.emplace_back("KOLO_LOG_HIDE_TIME", onOff(!*o.logWithTimestamp));
+  if (!o.networkInterfaces.empty()) {
+    std::string all;
+    for (const auto& nic : o.networkInterfaces) all += (all.empty() ? "" : ",") + nic;
+    env.emplace_back("NCCL_SOCKET_IFNAME", all);
+  }
+  if (o.tcp) env.emplace_back("NCCL_IB_DISABLE", "1");
   return env;
 }
 

@@ -99,7 +99,9 @@ std::vector<std::string> localWorkerEnv(const std::vector<std::string>& inherite
 EnvList remoteWorkerEnv(const std::vector<std::string>& inherited, const EnvList& overrides) {
   EnvList all;
   for (const auto& entry : inherited) {
-    if (entry.rfind("KOLO_", 0) != 0 || entry.find('=') == std::string::npos) continue;
+    // kolo's settings and their Horovod aliases (Config reads both).
+    const bool setting = entry.rfind("KOLO_", 0) == 0 || entry.rfind("HOROVOD_", 0) == 0;
+    if (!setting || entry.find('=') == std::string::npos) continue;
     all.emplace_back(nameOf(entry), entry.substr(entry.find('=') + 1));
   }
   for (const auto& kv : overrides) all.push_back(kv);

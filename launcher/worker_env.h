@@ -39,7 +39,8 @@ std::vector<std::string> localWorkerEnv(const std::vector<std::string>& inherite
                                         const EnvList& overrides);
 
 // A remote worker: the host's own environment plus these (sent as exports):
-// every KOLO_* variable of kolorun's environment, then `overrides`.
+// every KOLO_* and HOROVOD_* variable of kolorun's environment (kolo's
+// settings and their Horovod aliases), then `overrides`.
 EnvList remoteWorkerEnv(const std::vector<std::string>& inherited, const EnvList& overrides);
 
 // The calling process's environment as "NAME=VALUE" strings.

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgloo-dev libssl-dev libflatbuffers-dev flatbuffers-compiler
-  libfmt-dev libspdlog-dev libcli11-dev libeigen3-dev
+  libfmt-dev libspdlog-dev libcli11-dev libeigen3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
   libtorch-dev python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
   python3-cloudpickle python3-venv ccache

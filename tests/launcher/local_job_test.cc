@@ -277,11 +277,24 @@ TEST(LocalJobs, HelpDocumentsEveryFlag) {
   EXPECT_EQ(r.exitCode, 0);
   for (const char* flag :
        {"-np", "--hosts", "--hostfile", "--gloo", "--mpi", "--network-interface", "--port",
-        "--start-timeout", "--grace-seconds", "--env", "--rsh", "--ssh-port",
-        "--ssh-identity-file", "--output-filename", "--prefix-timestamp", "--verbose",
-        "--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--timeline-filename",
-        "--autotune", "--autotune-log-file", "--log-level", "--stall-check-warning-time-seconds",
-        "--stall-check-shutdown-time-seconds", "--timeout-seconds", "--version"}) {
+        "--start-timeout", "--grace-seconds", "--env", "--rsh", "--ssh-port", "--ssh-identity-file",
+        "--output-filename", "--prefix-timestamp", "--verbose", "--fusion-threshold-mb",
+        "--cycle-time-ms", "--cache-capacity", "--timeline-filename", "--autotune",
+        "--autotune-log-file", "--log-level", "--stall-check-warning-time-seconds",
+        "--stall-check-shutdown-time-seconds", "--timeout-seconds", "--version",
+        // horovodrun 0.28.1's other flags
+        "--check-build", "-cb", "--config-file", "--disable-cache", "--jsrun",
+        "--network-interfaces", "--hierarchical-allreduce", "--no-hierarchical-allreduce",
+        "--hierarchical-allgather", "--no-hierarchical-allgather", "--torus-allreduce",
+        "--no-torus-allreduce", "--no-autotune", "--autotune-warmup-samples",
+        "--autotune-steps-per-sample", "--autotune-bayes-opt-max-samples",
+        "--autotune-gaussian-process-noise", "--timeline-mark-cycles", "--no-stall-check",
+        "--stall-check", "--mpi-threads-disable", "--mpi-args", "--tcp", "--binding-args",
+        "--num-nccl-streams", "--thread-affinity", "--gloo-timeout-seconds", "--log-with-timestamp",
+        "--log-without-timestamp", "--log-hide-timestamp", "--prefix-output-with-timestamp",
+        "-prefix-timestamp", "-hostfile", "--min-np", "--max-np", "--slots-per-host",
+        "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range",
+        "--host-discovery-script", "--ssh-port", "--ssh-identity-file", "-v,"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }

@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kolo {
 
@@ -36,11 +39,27 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 /// An EnvLookup over the process environment (std::getenv at each call).
 EnvLookup processEnv();
 
+/// Lines Config::fromEnv has to report: each HOROVOD_* variable that is set
+/// but means nothing to kolo (or that a KOLO_* variable overrides), naming it
+/// and what kolo does instead. Shared by the copies of one Config; the first
+/// engine made from any of them logs the lines at info level, once.
+struct ConfigNotices {
+  /// The lines to log, in the order fromEnv found them.
+  std::vector<std::string> lines;
+  /// Set by the engine that logged the lines.
+  std::once_flag logged;
+};
+
 /// The engine's settings. Config::fromEnv() reads them once from KOLO_*
 /// variables (the default engine does at kolo::init()); programs that build
 /// an Engine directly may set the fields themselves. Times are held as
 /// std::chrono durations; the variables give them in the unit each field
 /// names. A plain value: copy it freely.
+///
+/// Horovod's runtime variables (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME,
+/// ...) are read as aliases of the KOLO_* ones, in Horovod's units; the
+/// KOLO_* variable wins when both are set. docs/migrating/horovod-environment.md
+/// lists every one.
 struct Config {
   /// KOLO_FUSION_THRESHOLD: bytes per fused buffer; 0 disables fusion.
   int64_t fusionThresholdBytes = 128LL * 1024 * 1024;
@@ -76,6 +95,8 @@ struct Config {
   bool timelineMarkCycles = false;
   /// KOLO_LOG_LEVEL: trace|debug|info|warning|error|off.
   LogLevel logLevel = LogLevel::kWarning;
+  /// KOLO_LOG_HIDE_TIME: log lines without their timestamp.
+  bool logHideTime = false;
   /// KOLO_CONTROLLER: gloo|mpi. Under mpirun in a build with MPI, when
   /// neither this nor KOLO_CPU_OPERATIONS is set, both default to mpi.
   std::string controller = "gloo";
@@ -113,6 +134,8 @@ struct Config {
   /// with equal strings share memory. For tests that run several "hosts" as
   /// threads of one process.
   std::function<std::string(int rank)> hostKeyOverride;
+  /// Set by fromEnv (null otherwise): what to report once at init.
+  std::shared_ptr<ConfigNotices> notices;
 
   /// Parses every variable above from env (the process environment by
   /// default); unset ones keep their defaults. Throws InvalidArgument naming

@@ -11,6 +11,7 @@ namespace kolo {
 namespace {
 
 constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%f] [%n] [%l] %v";
+constexpr const char* kPatternWithoutTime = "[%n] [%l] %v";  // KOLO_LOG_HIDE_TIME
 
 spdlog::level::level_enum toSpdlog(LogLevel level) {
   static const spdlog::level::level_enum kLevels[] = {
@@ -58,9 +59,16 @@ std::shared_ptr<spdlog::logger> makeLogger(int rank, const Config& config) {
   if (config.logSink) sinks.push_back(std::make_shared<CallbackSink>(config.logSink));
   auto logger = std::make_shared<spdlog::logger>("kolo rank " + std::to_string(rank),
                                                  sinks.begin(), sinks.end());
-  logger->set_pattern(kPattern);
+  logger->set_pattern(config.logHideTime ? kPatternWithoutTime : kPattern);
   logger->set_level(toSpdlog(config.logLevel));
   logger->flush_on(spdlog::level::warn);
+  if (config.notices) {
+    // Once per Config::fromEnv, however many engines are made from it
+    // (elastic worlds, several engines in one process).
+    std::call_once(config.notices->logged, [&] {
+      for (const auto& line : config.notices->lines) logger->info("{}", line);
+    });
+  }
   return logger;
 }
 

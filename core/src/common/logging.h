@@ -14,6 +14,8 @@
 
 namespace kolo {
 
+// The first call for a Config made by Config::fromEnv (or a copy of it) also
+// logs its notices (unused or overridden HOROVOD_* variables) at info level.
 std::shared_ptr<spdlog::logger> makeLogger(int rank, const Config& config);
 
 }  // namespace kolo
