@@ -84,6 +84,8 @@ if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
     export KOLO_WHEEL_BUILD_DIR=$PWD/build/wheel
   fi
   echo "== build (torch2 preset: LibTorch $torch2 with CUDA and NCCL)"
+  # docs-block: gpu-cpp-build (docs/quickstart/gpu.md): the GPU quick start's
+  # two build commands, with the venv made above.
   cmake --preset torch2 -DKOLO_PYTHON="$venv/bin/python" "${launcher[@]}" >/dev/null
   cache=build/torch2/CMakeCache.txt
   config=build/torch2/core/include/kolo/build_config.h
