@@ -72,7 +72,9 @@ napoleon_numpy_docstring = False
 breathe_projects = {"kolo": os.environ.get("KOLO_DOXYGEN_XML", str(_root / "build/docs/doxygen/xml"))}
 breathe_default_project = "kolo"
 breathe_default_members = ("members",)
-breathe_show_include = True
+# No "#include" line per declaration: it links to a per-file page, and the
+# reference renders namespaces, not files (docs/_ext/kolo_docs.py).
+breathe_show_include = False
 cpp_index_common_prefix = ["kolo::"]
 
 html_theme = "furo"

@@ -56,7 +56,7 @@ echo "== doxygen (C++ reference; every public declaration documented)"
 echo "== sphinx-build -W -n (docs/ -> $out/html)"
 # The Python API pages import kolo from $build/python with the interpreter
 # it was built for.
-if ! "$python" -m sphinx -b html -W --keep-going -n -q -d "$out/doctrees" docs "$out/html"; then
+if ! "$python" -m sphinx -E -b html -W --keep-going -n -q -d "$out/doctrees" docs "$out/html"; then
   fail "the site does not build without warnings (above)"
 fi
 
