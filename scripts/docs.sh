@@ -13,9 +13,10 @@
 #   5. every kolorun flag is in `kolorun --help` and on the reference page,
 #      every KOLO_* variable on the environment page, VERSION on the site;
 #   6. the quick starts' marked code blocks (docs/_ext/blocks.py): files
-#      shown whole equal the repository's, commands CI runs are the ones it
-#      runs, and the rest run here (a Python training job on 2 ranks, and
-#      scripts/quickstart.sh: Fashion-MNIST on 2 ranks).
+#      shown whole equal the repository's, commands CI runs elsewhere are
+#      the ones it runs, and the rest run here (the Python quick start: a
+#      training job on 2 ranks). scripts/test.sh's docs stage then runs the
+#      C++ quick start's scripts/quickstart.sh (with --epochs 1).
 #
 #   scripts/docs.sh [BUILD_DIR]       # default build/default
 #   KOLO_DOCS_SKIP_RUN=1 scripts/docs.sh    # all but step 6's runs

@@ -75,6 +75,10 @@ if [ "${KOLO_SKIP_DOCS:-0}" != "1" ]; then
     cmake --build --preset default -j"$jobs" --target kolorun kolo_python fashion_mnist
   fi
   scripts/docs.sh build/default
+  # docs-block: cpp-try-it (docs/quickstart/cpp.md, README): the C++ quick
+  # start's first command, with one epoch (the page's --epochs N) instead of
+  # three to keep this stage cheap; the second command is this script.
+  scripts/quickstart.sh --epochs 1
   stage_done "docs" "$stage_start"
 fi
 

@@ -31,6 +31,7 @@ import argparse
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -203,12 +204,18 @@ def run(page, name=None, build_dir=None, timeout=600, python=None):
                    PATH=":".join(path + [os.environ.get("PATH", "/usr/bin:/bin")]),
                    PYTHONPATH="%s/python" % build_dir, PYTHONDONTWRITEBYTECODE="1")
         env.setdefault("KOLO_TIMEOUT", "120")
+        # Its own process group: a timeout ends every process the block
+        # started (kolorun and its ranks), not only bash.
+        proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=ROOT, env=env,
+                                start_new_session=True)
         try:
-            done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=ROOT, env=env,
-                                  timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             print("blocks: %s did not finish in %d s" % (page, timeout), file=sys.stderr)
             return 124
+        done = proc
     if done.returncode != 0:
         print("blocks: a kolo-run block of %s failed (exit %d): the command a reader types "
               "does not work" % (page, done.returncode), file=sys.stderr)
