@@ -330,7 +330,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.prefix_command();
   app.footer(kFooter);
   app.get_formatter()->column_width(42);
-  app.set_version_flag("-v,--version", "kolorun (kolo) " KOLO_VERSION);
+  app.set_version_flag("-v,--version", "kolorun (kolo) " KOLO_VERSION);  // VERSION
 
   // Job shape.
   app.add_option("--num-proc", o.np, "-np N: number of ranks (default: all slots of -H/--hostfile)")

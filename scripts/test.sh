@@ -3,14 +3,16 @@
 # headers it uses (scripts/include-check.sh: Clang 16 with libc++, and
 # include-what-you-use), builds kolo and runs the whole test suite:
 # the default build against Debian's LibTorch 1.13 (every test label), then
+# the documentation (scripts/docs.sh: the site with warnings as errors, its
+# generated reference and checks, the quick starts' commands), then
 # the build against pip's torch 2.11 with CUDA and NCCL (the other end of
 # the supported range), then the in-process suite under
 # AddressSanitizer+UBSan and ThreadSanitizer, then a short libFuzzer run of
 # every fuzz target. Exits non-zero on any failure.
 #
 #   scripts/test.sh              # everything
-#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 KOLO_SKIP_TORCH2=1 scripts/test.sh   # just the default build
-#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_DEFAULT=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just torch 2.11
+#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 KOLO_SKIP_TORCH2=1 scripts/test.sh   # just the default build and the docs
+#   KOLO_SKIP_INCLUDE_CHECK=1 KOLO_SKIP_DEFAULT=1 KOLO_SKIP_DOCS=1 KOLO_SKIP_SANITIZERS=1 KOLO_SKIP_FUZZ=1 scripts/test.sh   # just torch 2.11
 #
 # The torch 2.11 stage keeps its venv (about 4.6 GB) in $KOLO_CACHE_DIR
 # (default: .cache/ in the checkout, git-ignored), made once by
@@ -63,6 +65,23 @@ if [ "${KOLO_SKIP_DEFAULT:-0}" != "1" ]; then
   stage_done "default tests" "$stage_start"
 fi
 
+# The documentation, from the default build's kolorun and Python module
+# (built here when the default stage was skipped).
+if [ "${KOLO_SKIP_DOCS:-0}" != "1" ]; then
+  stage_start=$SECONDS
+  echo "== docs (scripts/docs.sh)"
+  if [ "${KOLO_SKIP_DEFAULT:-0}" = "1" ]; then
+    cmake --preset default "${launcher[@]}" >/dev/null
+    cmake --build --preset default -j"$jobs" --target kolorun kolo_python fashion_mnist
+  fi
+  scripts/docs.sh build/default
+  # docs-block: cpp-try-it (docs/quickstart/cpp.md, README): the C++ quick
+  # start's first command, with one epoch (the page's --epochs N) instead of
+  # three to keep this stage cheap; the second command is this script.
+  scripts/quickstart.sh --epochs 1
+  stage_done "docs" "$stage_start"
+fi
+
 # The other end of the supported torch range: pip's torch 2.11 (a CUDA
 # build) in a cached venv. Configures with CUDA and NCCL (the NCCL LibTorch
 # loads) and compiles every CUDA and NCCL source (core, adapter, bindings,
@@ -84,6 +103,8 @@ if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
     export KOLO_WHEEL_BUILD_DIR=$PWD/build/wheel
   fi
   echo "== build (torch2 preset: LibTorch $torch2 with CUDA and NCCL)"
+  # docs-block: gpu-cpp-build (docs/quickstart/gpu.md): the GPU quick start's
+  # two build commands, with the venv made above.
   cmake --preset torch2 -DKOLO_PYTHON="$venv/bin/python" "${launcher[@]}" >/dev/null
   cache=build/torch2/CMakeCache.txt
   config=build/torch2/core/include/kolo/build_config.h

@@ -8,6 +8,9 @@
 #
 #   1. tests/package/consumer: configured with find_package(kolo) against the
 #      prefix, built, and run as a 2-rank job under the installed kolorun;
+#      then, when kolo was built with LibTorch, the C++ quick start's own
+#      project (tests/package/torch_consumer, links kolo::torch) by the
+#      commands docs/quickstart/cpp.md shows (docs/_ext/blocks.py runs them);
 #   2. with PYTHON (the interpreter the kolo package was built for): the
 #      installed package imported from the prefix by tests/package/smoke.py
 #      (allreduce, a few training steps) as a 2-rank job under the installed
@@ -30,6 +33,16 @@ cmake -S "$source_dir/consumer" -B "$scratch/build" -DCMAKE_PREFIX_PATH="$prefix
 cmake --build "$scratch/build" >/dev/null
 echo "== kolorun -np 2 consumer (from $prefix)"
 "${clean_env[@]}" "$prefix/bin/kolorun" -np 2 --timeout-seconds 60 "$scratch/build/consumer"
+
+if compgen -G "$prefix/lib*/libkolo_torch.so*" >/dev/null; then
+  # The C++ quick start's own project, by the commands the page shows
+  # (docs/quickstart/cpp.md, block cpp-own-project, with this build for
+  # build/default): install into ~/kolo, build tests/package/torch_consumer
+  # against it and run it on 2 ranks, in a clean environment.
+  echo "== the C++ quick start's project (kolo::torch) from an install of $build_dir"
+  "${clean_env[@]}" "${python:-python3}" "$source_dir/../../docs/_ext/blocks.py" run docs/quickstart/cpp.md --name cpp-own-project \
+    --build-dir "$build_dir" --python "${python:-$(command -v python3)}" --timeout 600
+fi
 
 if [ -n "$python" ]; then
   site=$(echo "$prefix"/lib/python*/site-packages)

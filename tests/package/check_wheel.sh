@@ -34,6 +34,10 @@ base_python=$("$python" -c 'import sys; print(getattr(sys, "_base_executable", "
 scratch=$(mktemp -d "$(dirname "$venv1")/.kolo-wheel-check.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 
+# docs-block: python-pip-install (docs/quickstart/python.md): the quick
+# start installs with `pip install --no-build-isolation .` into a venv with
+# torch, scikit-build-core, pybind11 and numpy (made here the same way by
+# scripts/python-venv.sh); this builds that wheel and installs it.
 echo "== pip wheel --no-build-isolation $source_dir"
 start=$SECONDS
 build_dir_setting=()
