@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
 
   kolo::comm::cuda::DeviceSet devices;
   auto& ctx = devices.at(0);
-  cudaStream_t stream = ctx.stream();
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(ctx.stream());
   std::vector<void*> bufs(tensors);
   for (int t = 0; t < tensors; ++t) {
     KOLO_CUDA_CHECK(cudaMalloc(&bufs[t], counts[t] * sizeof(float)));

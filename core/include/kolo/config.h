@@ -8,10 +8,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace kolo {
+
+namespace device {
+class Runtime;  // kolo's device runtime seam (internal)
+}  // namespace device
 
 enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarning, kError, kOff };
 
@@ -91,6 +96,10 @@ struct Config {
   // with equal strings share memory. For tests that run several "hosts" as
   // threads of one process.
   std::function<std::string(int rank)> hostKeyOverride;
+  /// Not from the environment: the device runtime CUDA tensors go through;
+  /// nullptr (the default) is CUDA. kolo's tests set an in-process host
+  /// runtime that stands in for an absent GPU.
+  std::shared_ptr<device::Runtime> deviceRuntime;
 
   static Config fromEnv(const EnvLookup& env = processEnv());
 };

@@ -9,6 +9,7 @@
 
 Run N copies with ``kolorun -np N python script.py``.
 """
+import atexit as _atexit
 import sys as _sys
 import warnings as _warnings
 
@@ -138,6 +139,19 @@ def _install_excepthook():
 def shutdown():
     """Leaves the job; pending operations fail. init() may be called again."""
     _kolo.shutdown()
+
+
+def _shutdown_at_exit():
+    # The engine stops while the interpreter and CUDA are still up, not in
+    # static destruction, where CUDA may be gone and GPU work still pending.
+    try:
+        if _kolo.is_initialized():
+            _kolo.shutdown()
+    except Exception:  # nothing to report to at exit
+        pass
+
+
+_atexit.register(_shutdown_at_exit)
 
 
 def start_timeline(file_path, mark_cycles=False):
