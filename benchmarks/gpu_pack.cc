@@ -34,6 +34,7 @@
 
 #include "comm/cuda/check.h"
 #include "comm/cuda/device_set.h"
+#include "comm/cuda/memory.h"
 
 using kolo::DataType;
 using kolo::comm::cuda::CopyDesc;

@@ -103,6 +103,10 @@ class DeviceContext {
   // fn(arg) runs on a runtime thread once the stream gets there: it must
   // not call the runtime. Later work on the stream waits until it returned.
   void launchHostFunc(void (*fn)(void*), void* arg);
+  // Keeps object alive until the stream is destroyed, i.e. after the last
+  // of its work ran (or, on a faulted device, never will): what host
+  // functions on this stream point at.
+  void keepAlive(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
   // Blocks the calling thread until the stream is idle; throws Internal on
   // a device fault. Any thread.
   void synchronize();
@@ -124,6 +128,7 @@ class DeviceContext {
   Buffer staging_;
   std::shared_ptr<EventPool> doneEvents_;
   std::shared_ptr<EventPool> timingEvents_;
+  std::vector<std::shared_ptr<void>> kept_;  // released after the stream is destroyed
 };
 
 class DeviceSet {

@@ -85,13 +85,14 @@ GpuExecutor::Watched& GpuExecutor::watcher(int device) {
   w.watcher = std::make_unique<CompletionWatcher>(options);
   w.relay = std::make_shared<Relay>();
   w.relay->watcher = w.watcher.get();
+  devices_->at(device).keepAlive(w.relay);
   return watchers_.emplace(device, std::move(w)).first->second;
 }
 
 void GpuExecutor::signalRelay(void* arg) {
-  std::unique_ptr<std::shared_ptr<Relay>> relay(static_cast<std::shared_ptr<Relay>*>(arg));
-  std::lock_guard<std::mutex> lock((*relay)->mu);
-  if ((*relay)->watcher != nullptr) (*relay)->watcher->signal();
+  auto* relay = static_cast<Relay*>(arg);
+  std::lock_guard<std::mutex> lock(relay->mu);
+  if (relay->watcher != nullptr) relay->watcher->signal();
 }
 
 void GpuExecutor::beginResponse(int device, bool timed) {
@@ -115,10 +116,8 @@ GpuFence GpuExecutor::endResponse(int device) {
   fence.doneEvent = ctx.record();
   fence.timing = std::move(timing_);
   fence.id = w.watcher->open();
-  auto relay = std::make_unique<std::shared_ptr<Relay>>(w.relay);
   try {
-    ctx.launchHostFunc(&GpuExecutor::signalRelay, relay.get());
-    (void)relay.release();  // the host function owns it now
+    ctx.launchHostFunc(&GpuExecutor::signalRelay, w.relay.get());
   } catch (const std::exception& e) {
     w.watcher->fail(statusFromException(e));
     throw;

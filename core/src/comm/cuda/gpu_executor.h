@@ -23,9 +23,11 @@
 // Every runtime call goes through the DeviceSet's device::Runtime: CUDA
 // for users, the host runtime in tests.
 //
-// Lifetime: a host function holds a shared reference to a relay, never the
-// watcher itself; the destructor detaches the relays, so a host function
-// that runs late (a drain that ran out of time) finds nothing to signal.
+// Lifetime: a host function points at a relay, never at the watcher
+// itself. The device's DeviceContext keeps the relay until its stream is
+// destroyed (after the last host function ran); the destructor detaches
+// the relays, so a host function that runs late (a drain that ran out of
+// time) finds nothing to signal.
 //
 // Threading: loop thread only, every rank in the same response order (the
 // collectives inside are collective calls); whenDone callbacks on the
@@ -115,8 +117,7 @@ class GpuExecutor final : public GpuOps {
     std::shared_ptr<Relay> relay;
   };
   Watched& watcher(int device);
-  // The host function that signals a watcher (arg: a new shared_ptr<Relay>,
-  // deleted here).
+  // The host function that signals a watcher (arg: the Relay).
   static void signalRelay(void* relay);
 
   std::shared_ptr<DeviceSet> devices_;

@@ -135,11 +135,9 @@ Stream HostRuntime::createStream(int device) {
   auto s = std::make_unique<HostStream>();
   s->device = device;
   HostStream* raw = s.get();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    streams_.push_back(std::move(s));
-  }
+  std::lock_guard<std::mutex> lock(mu_);  // the worker starts once this is released
   raw->thread = std::thread([this, raw] { runStream(raw); });
+  streams_.push_back(std::move(s));
   return reinterpret_cast<Stream>(raw);
 }
 
