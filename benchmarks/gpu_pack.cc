@@ -34,6 +34,7 @@
 
 #include "comm/cuda/check.h"
 #include "comm/cuda/device_set.h"
+#include "comm/cuda/memory.h"
 
 using kolo::DataType;
 using kolo::comm::cuda::CopyDesc;
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
 
   kolo::comm::cuda::DeviceSet devices;
   auto& ctx = devices.at(0);
-  cudaStream_t stream = ctx.stream();
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(ctx.stream());
   std::vector<void*> bufs(tensors);
   for (int t = 0; t < tensors; ++t) {
     KOLO_CUDA_CHECK(cudaMalloc(&bufs[t], counts[t] * sizeof(float)));

@@ -123,11 +123,59 @@ TEST(CompletionWatcher, OnlyReachedFencesComplete) {
   ASSERT_TRUE(eventually([&] { return rec.size() == 3; }));
 }
 
+// Defect 5 of the first-GPU-run review: a fence whose then() never came
+// (the loop thread threw between enqueuing a response and handing it off)
+// must not wedge the watcher or drain() once the work has failed.
+TEST(CompletionWatcher, AFenceWithoutCallbackDoesNotWedgeAfterAFailure) {
+  Record rec;
+  CompletionWatcher w(quietOptions());
+  const uint64_t orphan = w.open();  // its then() never comes
+  w.then(w.open(), rec.callback(2));
+  w.fail(Status{ErrorCode::kInternal, "the response threw after enqueuing"});
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }))
+      << "the fence after a callback-less one never settled";
+  EXPECT_EQ(rec.calls[0].second.code, ErrorCode::kInternal);
+  auto drained = std::async(std::launch::async, [&] { w.drain(); });
+  ASSERT_EQ(drained.wait_for(kLimit), std::future_status::ready) << "drain() wedged";
+  // A late then() on the settled fence runs at once, with the failure.
+  w.then(orphan, rec.callback(1));
+  ASSERT_EQ(rec.size(), 2u);
+  EXPECT_EQ(rec.calls[1].first, 1);
+  EXPECT_EQ(rec.calls[1].second.code, ErrorCode::kInternal);
+}
+
+// A signal that arrives after the device work failed (the unpack and the
+// host function behind an aborted collective still run) is no success: the
+// health check is asked before a fence completes.
+TEST(CompletionWatcher, ASignalAfterAnAsyncErrorIsNoSuccess) {
+  std::atomic<bool> broken{false};
+  std::atomic<int> aborted{0};
+  auto options = quietOptions();
+  options.checkInterval = std::chrono::minutes(10);  // only the completion-time check counts
+  options.check = [&] {
+    return broken ? Status{ErrorCode::kPeerFailure, "collective aborted by a peer"}
+                  : Status::Ok();
+  };
+  options.onFailure = [&](const Status&) { ++aborted; };
+  Record rec;
+  CompletionWatcher w(options);
+  w.then(w.open(), rec.callback(1));
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  EXPECT_TRUE(rec.calls[0].second.ok());
+  broken = true;
+  w.then(w.open(), rec.callback(2));
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 2; }));
+  EXPECT_EQ(rec.calls[1].second.code, ErrorCode::kPeerFailure);
+  EXPECT_EQ(aborted.load(), 1);
+}
+
 TEST(CompletionWatcher, TimeoutFailsOpenFencesNamingTheWorkAndStopsTheDevice) {
   std::atomic<int> aborted{0};
   auto options = quietOptions();
   options.timeout = 100ms;
-  options.onFailure = [&] { ++aborted; };
+  options.onFailure = [&](const Status&) { ++aborted; };
   Record rec;
   CompletionWatcher w(options);
   w.then(w.open(), rec.callback(1));
@@ -160,7 +208,7 @@ TEST(CompletionWatcher, AsynchronousErrorFailsTheWorkInFlight) {
     return broken ? Status{ErrorCode::kPeerFailure, "nccl collective failed: remote process exited"}
                   : Status::Ok();
   };
-  options.onFailure = [&] { ++aborted; };
+  options.onFailure = [&](const Status&) { ++aborted; };
   Record rec;
   CompletionWatcher w(options);
   w.then(w.open(), rec.callback(1));
@@ -203,7 +251,7 @@ TEST(CompletionWatcher, ChecksOnlyWhileWorkIsOpenAndNeverSpins) {
 TEST(CompletionWatcher, FailFromOutsideEndsEverythingOpen) {
   std::atomic<int> aborted{0};
   auto options = quietOptions();
-  options.onFailure = [&] { ++aborted; };
+  options.onFailure = [&](const Status&) { ++aborted; };
   Record rec;
   CompletionWatcher w(options);
   w.then(w.open(), rec.callback(1));

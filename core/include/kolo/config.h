@@ -17,6 +17,11 @@
 
 namespace kolo {
 
+/// kolo's device runtime seam (internal; see docs/developers/device-runtime.md).
+namespace device {
+class Runtime;
+}  // namespace device
+
 /// Severity of a log line (KOLO_LOG_LEVEL); lines below Config::logLevel
 /// are dropped. kOff drops everything.
 enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarning, kError, kOff };
@@ -136,6 +141,10 @@ struct Config {
   std::function<std::string(int rank)> hostKeyOverride;
   /// Set by fromEnv (null otherwise): what to report once at init.
   std::shared_ptr<ConfigNotices> notices;
+  /// Not from the environment: the device runtime CUDA tensors go through;
+  /// nullptr (the default) is CUDA. kolo's tests set an in-process host
+  /// runtime that stands in for an absent GPU.
+  std::shared_ptr<device::Runtime> deviceRuntime;
 
   /// Parses every variable above from env (the process environment by
   /// default); unset ones keep their defaults. Throws InvalidArgument naming

@@ -62,6 +62,12 @@ class Collectives {
   // these (the GPU path's completion watcher does).
   virtual Status asyncError() { return Status::Ok(); }
   virtual void abortAsync() {}
+  // abortAsync, saying why, for planes that can pass it to their peers
+  // (the host device runtime's collectives); the others just abort.
+  virtual void abortWith(const Status& why) {
+    (void)why;
+    abortAsync();
+  }
 };
 
 }  // namespace kolo::comm

@@ -2,21 +2,20 @@
 
 #include <utility>
 
+#include "comm/cuda/device_set.h"
+#include "comm/cuda/gpu_executor.h"
 #include "comm/cuda/gpu_ops.h"
+#include "comm/cuda/staged_collectives.h"
 #include "comm/gpu_route.h"
 #include "comm/gloo/factory.h"
 #include "comm/hierarchical/collectives.h"
 #include "comm/shm/factory.h"
 #include "comm/shm/host.h"
+#include "device/host/collectives.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
 #if KOLO_WITH_MPI
 #include "comm/mpi/factory.h"
-#endif
-#if KOLO_WITH_CUDA
-#include "comm/cuda/device_set.h"
-#include "comm/cuda/gpu_executor.h"
-#include "comm/cuda/staged_collectives.h"
 #endif
 #if KOLO_WITH_NCCL
 #include <nccl.h>
@@ -164,10 +163,13 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args) {
   return createControlChannel(config.controller, args);
 }
 
-GpuRoute gpuRoute(const std::string& backend) {
+namespace {
+
+GpuRoute routeFor(const std::string& backend, bool hostRuntime) {
   GpuBuild build;
-  build.cuda = KOLO_WITH_CUDA;
-  build.nccl = KOLO_WITH_NCCL;
+  // The host device runtime stands in for CUDA and its collectives for NCCL.
+  build.cuda = KOLO_WITH_CUDA || hostRuntime;
+  build.nccl = KOLO_WITH_NCCL || hostRuntime;
   build.mpi = KOLO_WITH_MPI;
   return routeGpuOperations(backend, build, [] {
 #if KOLO_WITH_MPI
@@ -178,40 +180,44 @@ GpuRoute gpuRoute(const std::string& backend) {
   });
 }
 
+}  // namespace
+
+GpuRoute gpuRoute(const std::string& backend) { return routeFor(backend, false); }
+
 std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                                                   const BackendArgs& args,
                                                   std::shared_ptr<cuda::DeviceSet> devices) {
-  const GpuRoute route = gpuRoute(backend);  // throws for what this build lacks
-#if KOLO_WITH_CUDA
-  const BackendArgs gpuArgs{args.config, args.identity,
-                            std::make_shared<PrefixStore>("gpu/", args.store),
-                            args.localAddress, args.worldRanks};
+  auto host = devices ? std::dynamic_pointer_cast<device::host::HostRuntime>(
+                            devices->runtimePtr())
+                      : nullptr;
+  const GpuRoute route = routeFor(backend, host != nullptr);  // throws for what is missing
+  KOLO_CHECK_ARG(devices != nullptr, "GPU data plane: no device set");
+  BackendArgs gpuArgs{args.config, args.identity, std::make_shared<PrefixStore>("gpu/", args.store),
+                      args.localAddress, args.worldRanks};
+  gpuArgs.broadcast = args.broadcast;
+  if (route.backend == "nccl") {
+    if (host) return std::make_unique<device::host::Collectives>(gpuArgs, std::move(devices), host);
 #if KOLO_WITH_NCCL
-  if (route.backend == "nccl") return nccl::createCollectives(gpuArgs, std::move(devices));
+    return nccl::createCollectives(gpuArgs, std::move(devices));
 #endif
+  }
   // A CUDA-aware MPI takes device buffers itself (staged == false); the
   // staging wrapper then only stages what MPI reduces on the host.
   return std::make_unique<cuda::StagedCollectives>(
       createCollectives(route.backend, gpuArgs), std::move(devices), args.identity.rank,
       args.identity.size, !route.staged);
-#else
-  (void)args;
-  (void)devices;
-  throw Internal("gpu route '" + route.name() + "' in a build without CUDA");
-#endif
 }
 
-std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args) {
-#if KOLO_WITH_CUDA
-  auto devices = std::make_shared<cuda::DeviceSet>();
+std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args,
+                                           std::shared_ptr<cuda::DeviceSet> devices) {
+  if (!devices) {
+    gpuRoute(backend);  // throws InvalidArgument in a build without CUDA
+    devices = std::make_shared<cuda::DeviceSet>();
+  }
   auto collectives = createGpuCollectives(backend, args, devices);
   return std::make_unique<cuda::GpuExecutor>(std::move(devices), std::move(collectives),
                                              args.identity.rank, args.identity.size,
                                              args.config.timeout);
-#else
-  createGpuCollectives(backend, args, nullptr);  // throws: no CUDA in this build
-  return nullptr;
-#endif
 }
 
 }  // namespace kolo::comm

@@ -13,7 +13,7 @@
 namespace kolo::comm {
 
 namespace cuda {
-class DeviceSet;  // comm/cuda/device_set.h (KOLO_WITH_CUDA builds only)
+class DeviceSet;  // comm/cuda/device_set.h
 class GpuOps;     // comm/cuda/gpu_ops.h (CUDA-free interface, every build)
 }  // namespace cuda
 
@@ -51,8 +51,10 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args);
 // The data plane for CUDA tensors (KOLO_GPU_OPERATIONS): "nccl", or "mpi" /
 // "gloo" over pinned host staging (comm/cuda/staged_collectives.h). Buffers
 // passed to it are device pointers; its work is ordered on the comm streams
-// of devices, which the engine shares with its cuda::GpuExecutor. Keys go
-// under "gpu/" in args.store, apart from the CPU backend's. Throws
+// of devices, which the engine shares with its cuda::GpuExecutor. Over the
+// host device runtime (devices->runtime() is device::host::HostRuntime)
+// "nccl" is that runtime's device collectives (device/host/collectives.h).
+// Keys go under "gpu/" in args.store, apart from the CPU backend's. Throws
 // InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks the
 // backend or CUDA.
 // The data plane KOLO_GPU_OPERATIONS=backend gives CUDA tensors in this
@@ -65,11 +67,13 @@ std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                                                   std::shared_ptr<cuda::DeviceSet> devices);
 
 // What the engine's executor uses for CUDA responses: a cuda::GpuExecutor
-// over createGpuCollectives(backend, ...) with its own DeviceSet. With
+// over createGpuCollectives(backend, ...) on devices, the engine's DeviceSet
+// shared by all of its process sets (nullptr: a new one over CUDA). With
 // "mpi"/"gloo" this connects a mesh, so every rank must call it at the same
 // point (e.g. when the first CUDA response is executed). Throws
 // InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks CUDA or
 // the backend.
-std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args);
+std::unique_ptr<cuda::GpuOps> createGpuOps(const std::string& backend, const BackendArgs& args,
+                                           std::shared_ptr<cuda::DeviceSet> devices = nullptr);
 
 }  // namespace kolo::comm

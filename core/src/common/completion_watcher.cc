@@ -26,7 +26,21 @@ uint64_t CompletionWatcher::open() {
 
 void CompletionWatcher::then(uint64_t fence, Callback callback) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (fence > 0 && fence <= base_) {
+      // Settled without a callback (after a failure, or at shutdown): the
+      // outcome is known, run it here.
+      const bool reached = fence <= signalled_;
+      const Status why = reached ? Status::Ok()
+                         : failure_.ok()
+                             ? Status{ErrorCode::kShutdown,
+                                      options_.what + ": the engine stopped before this work "
+                                                      "completed"}
+                             : failure_;
+      lock.unlock();
+      callback(why, Clock::time_point{});
+      return;
+    }
     KOLO_ENFORCE(fence > base_ && fence <= base_ + fences_.size() && !at(fence).callback,
                  "completion watcher: fence " + std::to_string(fence) +
                      " is not open or has a callback already");
@@ -57,10 +71,15 @@ void CompletionWatcher::fail(const Status& status) {
   cv_.notify_all();
 }
 
-void CompletionWatcher::drain() {
+void CompletionWatcher::drain() { (void)drainFor(std::chrono::milliseconds::max()); }
+
+bool CompletionWatcher::drainFor(std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t last = base_ + fences_.size();
-  drained_.wait(lock, [&] {
+  const auto until = limit == std::chrono::milliseconds::max() || limit.count() > 1000000000
+                         ? Clock::time_point::max()
+                         : Clock::now() + limit;
+  auto settled = [&] {
     // Every fence up to last settled: reached or failed, and its callback
     // (if any was attached) ran.
     const bool reached = signalled_ >= last || !failure_.ok();
@@ -69,7 +88,12 @@ void CompletionWatcher::drain() {
       if (at(n).callback) callbacksRan = false;
     }
     return reached && callbacksRan;
-  });
+  };
+  if (until == Clock::time_point::max()) {
+    drained_.wait(lock, settled);
+    return true;
+  }
+  return drained_.wait_until(lock, until, settled);
 }
 
 size_t CompletionWatcher::pending() const {
@@ -97,7 +121,9 @@ void CompletionWatcher::runWatcher() {
       Fence& f = fences_.front();
       const bool reached = base_ + 1 <= signalled_;
       if (!reached && failure_.ok() && !stopping_) break;  // still on the device
-      if (!f.callback && !stopping_) break;  // its then() is on its way
+      // Its then() is on its way, unless the work failed: then the fence
+      // settles without one (then() runs a late callback itself).
+      if (!f.callback && !stopping_ && failure_.ok()) break;
       if (f.callback) {
         if (reached) {
           ok.emplace_back(std::move(f.callback), f.signalled);
@@ -108,12 +134,27 @@ void CompletionWatcher::runWatcher() {
       fences_.pop_front();
       ++base_;
     }
-    const Status failure = failure_;
-    const bool failNow = !failure.ok() && !failureHandled;
+    Status failure = failure_;
+    bool failNow = !failure.ok() && !failureHandled;
     if (!ok.empty() || !failed.empty() || failNow) {
       running_ = true;
       lock.unlock();
-      if (failNow && options_.onFailure) options_.onFailure();
+      if (!ok.empty() && options_.check) {
+        // A signal is not success by itself: after a collective was aborted
+        // (or a kernel faulted) the work behind it still reaches its
+        // signal. Ask before calling the fences done.
+        const Status problem = options_.check();
+        if (!problem.ok()) {
+          lock.lock();
+          if (failure_.ok()) failure_ = problem;
+          failure = failure_;
+          failNow = !failureHandled;
+          lock.unlock();
+          for (auto& entry : ok) failed.push_back(std::move(entry.first));
+          ok.clear();
+        }
+      }
+      if (failNow && options_.onFailure) options_.onFailure(failure);
       for (auto& [callback, at] : ok) callback(Status::Ok(), at);
       const Status why = failure.ok() ? Status{ErrorCode::kShutdown,
                                                options_.what +

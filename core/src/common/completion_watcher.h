@@ -10,9 +10,12 @@
 //
 // Nothing here polls the device. While fences are open the watcher thread
 // wakes every checkInterval to call the health check (NCCL's asynchronous
-// error: a host-side read) and to enforce the timeout; an error from either
-// fails every open fence and every later one, after calling onFailure
-// (which aborts the communicator so the device's kernels end).
+// error and the device's sticky fault: host-side reads) and to enforce the
+// timeout; it also asks the health check before it calls signalled fences
+// done (work behind an aborted collective still reaches its signal). An
+// error fails every open fence and every later one, after calling
+// onFailure (which aborts the communicator and drains the device, so
+// nothing is released while the device may still touch it).
 //
 // CUDA-free so that its logic is tested in every build.
 //
@@ -52,9 +55,11 @@ class CompletionWatcher {
     std::chrono::milliseconds checkInterval{100};
     // Returns an error when the device's work failed (ok otherwise).
     std::function<Status()> check;
-    // Called once, on the watcher thread, when a fence fails: stop the
-    // device's outstanding work so later fences settle too.
-    std::function<void()> onFailure;
+    // Called once, on the watcher thread, when a fence fails (with the
+    // failure), before any failed callback runs: stop the device's
+    // outstanding work so later fences settle too, and return once the
+    // device no longer touches their memory.
+    std::function<void(const Status&)> onFailure;
   };
 
   explicit CompletionWatcher(Options options);
@@ -68,6 +73,11 @@ class CompletionWatcher {
   // A new fence, after every earlier one. Producer thread.
   uint64_t open();
   // What runs once fence settles; at most once per fence. Producer thread.
+  // A fence whose then() has not come yet holds back the callbacks of later
+  // fences while all is well; after a failure it no longer does (its work
+  // failed, and a then() that comes later runs at once on the caller with
+  // the outcome), so an exception between open() and then() cannot wedge
+  // the watcher or drain().
   void then(uint64_t fence, Callback callback);
   // The device reached the next fence. Any thread; only locks and notifies.
   void signal();
@@ -77,6 +87,9 @@ class CompletionWatcher {
   // every attached callback ran. Bounded by the timeout: a fence that stays
   // open fails. Any thread but the watcher's.
   void drain();
+  // drain() that gives up after limit (a callback or onFailure that does
+  // not return); false then.
+  bool drainFor(std::chrono::milliseconds limit);
 
   // Fences opened and not yet signalled or failed.
   size_t pending() const;

@@ -272,7 +272,7 @@ Handle Engine::barrier(int processSet) {
 }
 
 ProcessSetContext Engine::Impl::processSetContext() {
-  return ProcessSetContext{config, identity, store, localAddress, hosts, tunables};
+  return ProcessSetContext{config, identity, store, localAddress, hosts, tunables, gpuDevices};
 }
 
 std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange change) {

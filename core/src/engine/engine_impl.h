@@ -124,6 +124,8 @@ struct Engine::Impl {
   std::shared_ptr<GpuEvents> gpuEvents = std::make_shared<GpuEvents>();
   ProcessSetTable table;  // any thread
   Tunables tunables;      // loop thread; see Controller
+  // GPU devices of every process set (one comm stream per device).
+  std::shared_ptr<comm::cuda::DeviceSet> gpuDevices = makeGpuDevices(config);
 
   // Loop thread. The sets this rank belongs to, by id (set 0 first).
   std::map<int, std::unique_ptr<ProcessSetState>> sets;

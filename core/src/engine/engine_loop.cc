@@ -366,7 +366,8 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
   }
   set.executor->whenGpuDone(
       fence, [done, events = gpuEvents, log = log, tl = timeline.get(), rows = std::move(rows),
-              collective](const Status& status, const comm::cuda::GpuPhases& phases) {
+              collective, store = store, rank = identity.rank](
+                 const Status& status, const comm::cuda::GpuPhases& phases) {
         for (size_t i = 0; i < done->onDone.size(); ++i) {
           if (!done->onDone[i]) continue;
           try {
@@ -379,13 +380,20 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
         for (const auto& h : done->handles) h->finish(status);
         for (const auto& h : done->handles) h->wake();
         if (status.ok() && !(phases.timed && !rows.empty())) return;
+        bool first = false;
         {
           std::lock_guard<std::mutex> lock(events->mu);
           if (!status.ok()) {
-            if (events->failure.ok()) events->failure = status;
+            first = events->failure.ok();
+            if (first) events->failure = status;
           } else {
             events->traced.push_back(GpuEvents::Phases{tl, rows, collective, phases});
           }
+        }
+        if (first && status.code != ErrorCode::kShutdown) {
+          // The peers may see this rank's connections close before its loop
+          // gets to the failure: leave them the cause (a device fault) now.
+          publishAbort(*store, rank, status.message);
         }
         events->any.store(true, std::memory_order_release);
         events->queue->wake();

@@ -45,6 +45,19 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
                        std::chrono::milliseconds timeout) {
   const std::string cause = error.what();
   if (identity.size == 1) return Status{ErrorCode::kPeerFailure, cause};
+  const auto* local = dynamic_cast<const Error*>(&error);
+  if (local != nullptr && (local->code() == ErrorCode::kInternal ||
+                           local->code() == ErrorCode::kInvalidArgument)) {
+    // This rank's own failure (a device fault, a tensor on the wrong GPU):
+    // nothing to find out about the peers. Leave the message for them, so
+    // each names it when its connection to this rank closes.
+    publishAbort(store, identity.rank, cause);
+    try {
+      store.set(aliveKey(identity.rank), {'1'});
+    } catch (...) {
+    }
+    return Status{local->code(), cause};
+  }
   std::vector<int> missing;
   std::vector<int> unknown;  // never shared the store with us
   std::string messages;

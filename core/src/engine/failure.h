@@ -30,7 +30,10 @@ void publishPresence(Store& store, int rank);
 // them. A survivor waits for the others to say they are alive for up to
 // min(timeout, 2 s) after a closed connection (a peer that is alive notices
 // our failure within a cycle) and min(timeout, 5 s) after a timeout. Peers
-// that never shared the store are not named. Never throws.
+// that never shared the store are not named. A failure of this rank's own
+// (Internal: e.g. a device fault; InvalidArgument: e.g. a tensor on a
+// second GPU) is returned as it is, at once, after leaving its message in
+// the store for the peers (publishAbort). Never throws.
 Status diagnoseFailure(const std::exception& error, Store& store, const Identity& identity,
                        std::chrono::milliseconds timeout);
 

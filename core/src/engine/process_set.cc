@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/cuda/device_set.h"
 #include "comm/select.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
@@ -181,15 +182,15 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     // hosts. The GPU data plane connects at the set's first CUDA response,
     // under "gpu/" beside the CPU data plane's keys.
     GpuPath::Factory gpu;
-    if (KOLO_WITH_CUDA) {
+    if (ctx.gpuDevices) {
       gpu = [&config = ctx.config, &identity = set->identity, dataArgs,
-             controller = set->controller.get()] {
+             controller = set->controller.get(), devices = ctx.gpuDevices] {
         comm::BackendArgs args{config, identity, dataArgs.store, dataArgs.localAddress,
                                dataArgs.worldRanks};
         args.broadcast = [controller](std::vector<char>& bytes, int root) {
           controller->channel().broadcast(bytes, root);
         };
-        return comm::createGpuOps(config.gpuOperations, args);
+        return comm::createGpuOps(config.gpuOperations, args, devices);
       };
     }
     set->executor = std::make_unique<Executor>(
@@ -202,6 +203,12 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     throw PeerFailure(set->prefixed(e.what()));
   }
   return set;
+}
+
+std::shared_ptr<comm::cuda::DeviceSet> makeGpuDevices(const Config& config) {
+  if (config.deviceRuntime) return std::make_shared<comm::cuda::DeviceSet>(config.deviceRuntime);
+  if (KOLO_WITH_CUDA) return std::make_shared<comm::cuda::DeviceSet>();
+  return nullptr;
 }
 
 }  // namespace kolo

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "comm/cuda/device_set.h"
 #include "engine/pending.h"
 #include "execution/executor.h"
 #include "kolo/engine.h"
@@ -101,7 +102,16 @@ struct ProcessSetContext {
   std::string localAddress;
   const std::vector<std::string>& hosts;  // by job rank (empty while set 0 connects)
   Tunables& tunables;
+  // The engine's GPU devices (one comm stream per device), shared by every
+  // set so that all sets' collectives run on it in the one global response
+  // order; nullptr when the engine has no device runtime (makeGpuDevices).
+  std::shared_ptr<comm::cuda::DeviceSet> gpuDevices = nullptr;
 };
+
+// The engine's GPU devices over config.deviceRuntime, or over CUDA in a
+// build with it; nullptr when there is neither (CUDA tensors are refused at
+// enqueue then). Nothing touches a device until the first CUDA response.
+std::shared_ptr<comm::cuda::DeviceSet> makeGpuDevices(const Config& config);
 
 // This rank's place in a set: rank and size within ranks; local and cross
 // ranks among the members from the hosts of the job's ranks (hosts[r]:

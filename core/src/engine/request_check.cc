@@ -30,7 +30,7 @@ void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set,
   }
   const bool reduces = q.op == OpType::kAllreduce || q.op == OpType::kReducescatter;
   if (q.device != DeviceKind::kCpu) {
-    if (!KOLO_WITH_CUDA) {
+    if (!KOLO_WITH_CUDA && !config.deviceRuntime) {
       fail("tensor is on a CUDA device but this build of kolo has no CUDA support; move it "
            "to the CPU first, or use a kolo built with KOLO_WITH_CUDA=ON");
     }

@@ -51,6 +51,7 @@ comm::cuda::GpuOps& GpuPath::gpu() {
 }
 
 int GpuPath::deviceOf(const Response& r, const std::vector<PendingOp*>& ops) {
+  comm::cuda::GpuOps& g = gpu();
   int device = -1;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i] == nullptr) continue;
@@ -58,18 +59,14 @@ int GpuPath::deviceOf(const Response& r, const std::vector<PendingOp*>& ops) {
     if (d < 0) {
       throw InvalidArgument("'" + r.names[i] + "': CUDA tensor without a device index");
     }
-    if (device >= 0 && d != device) {
-      // Fusion keys on the device kind only: one response may not span two
-      // GPUs of one rank (kolo drives one GPU per rank, as Horovod).
-      throw InvalidArgument("'" + r.names[i] + "' is on cuda:" + std::to_string(d) + " but '" +
-                            r.names[0] + "' on cuda:" + std::to_string(device) +
-                            "; each rank must keep its tensors on one GPU (cuda:local_rank)");
-    }
+    // One device per rank for the engine's life, whatever the response or
+    // process set: the comm stream and the communicator live on it.
+    g.pin(d, "'" + r.names[i] + "'");
     device = d;
   }
-  if (device < 0) return lastDevice_;  // joined: take part on the device used before
-  lastDevice_ = device;
-  return device;
+  if (device >= 0) return device;
+  // Joined: take part on the rank's device (its local rank before any).
+  return g.pinned() >= 0 ? g.pinned() : lastDevice_;
 }
 
 void* GpuPath::allocate(PendingOp& op, int device, const std::vector<int64_t>& shape) {
@@ -79,8 +76,6 @@ void* GpuPath::allocate(PendingOp& op, int device, const std::vector<int64_t>& s
 
 comm::cuda::GpuFence GpuPath::execute(const Response& r, const std::vector<PendingOp*>& ops,
                                       bool timed) {
-  comm::cuda::GpuOps& g = gpu();
-  const int device = deviceOf(r, ops);
   switch (r.op) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
@@ -89,6 +84,33 @@ comm::cuda::GpuFence GpuPath::execute(const Response& r, const std::vector<Pendi
     case OpType::kReducescatter: break;
     default: return {};  // no GPU work
   }
+  const int device = deviceOf(r, ops);
+  comm::cuda::GpuOps& g = gpu();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    PendingOp* op = ops[i];
+    if (op != nullptr && op->entry.readyEvent != nullptr &&
+        g.captured(device, op->entry.readyEvent)) {
+      throw InvalidArgument(
+          "'" + r.names[i] +
+          "': its ready event was recorded while the stream was being captured into a CUDA "
+          "graph; kolo's collectives cannot be captured (they wait on other ranks). Run the "
+          "kolo operation outside the graph capture (e.g. outside torch.cuda.graph(...))");
+    }
+  }
+  try {
+    return enqueue(r, ops, device, timed);
+  } catch (const std::exception& e) {
+    // Some of the response's work may be queued already: stop it and wait
+    // until the device no longer touches the tensors before they are
+    // released by the failure that follows.
+    g.abort(statusFromException(e));
+    throw;
+  }
+}
+
+comm::cuda::GpuFence GpuPath::enqueue(const Response& r, const std::vector<PendingOp*>& ops,
+                                      int device, bool timed) {
+  comm::cuda::GpuOps& g = gpu();
   g.beginResponse(device, timed);
   // The comm stream waits for the producers of the inputs; the host does not.
   for (PendingOp* op : ops) {

@@ -16,6 +16,14 @@
 // the process set: every member executes it at the same point of the set's
 // response order, so the data plane's connection setup lines up.
 //
+// Refused (InvalidArgument, which fails the engine on every rank): a
+// tensor on another device than the rank's first CUDA tensor (kolo drives
+// one GPU per rank), and a ready event recorded while the producer's
+// stream was being captured into a CUDA graph. When a response throws
+// after some of its work was enqueued, the GPU work in flight is aborted
+// and drained before the exception leaves (nothing is released while the
+// device may still touch it).
+//
 // Threading: loop thread only (whenDone callbacks run on the completion
 // thread).
 #pragma once
@@ -57,11 +65,13 @@ class GpuPath {
 
  private:
   comm::cuda::GpuOps& gpu();
-  // The device of this rank's tensors (all on one device: checked), or the
-  // last one used when this rank has joined.
+  // The device of this rank's tensors (all on the rank's pinned device:
+  // checked), or the pinned one when this rank has joined.
   int deviceOf(const Response& r, const std::vector<PendingOp*>& ops);
   // Runs allocate with outputAllocationStream() set to device's comm stream.
   void* allocate(PendingOp& op, int device, const std::vector<int64_t>& shape);
+  comm::cuda::GpuFence enqueue(const Response& r, const std::vector<PendingOp*>& ops, int device,
+                               bool timed);
 
   void allreduce(const Response& r, const std::vector<PendingOp*>& ops, int device);
   void broadcast(const Response& r, PendingOp* op, int device);

@@ -11,6 +11,7 @@ Usage::
 
 Run N copies with ``kolorun -np N python script.py``.
 """
+import atexit as _atexit
 import sys as _sys
 import warnings as _warnings
 
@@ -162,6 +163,19 @@ def shutdown():
     KoloInternalError naming this rank as shut down.
     """
     _kolo.shutdown()
+
+
+def _shutdown_at_exit():
+    # The engine stops while the interpreter and CUDA are still up, not in
+    # static destruction, where CUDA may be gone and GPU work still pending.
+    try:
+        if _kolo.is_initialized():
+            _kolo.shutdown()
+    except Exception:  # nothing to report to at exit
+        pass
+
+
+_atexit.register(_shutdown_at_exit)
 
 
 def start_timeline(file_path, mark_cycles=False):

@@ -1,9 +1,11 @@
 #include "comm/cuda/copy_plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
 
+#include "comm/cuda/memory_policy.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -110,6 +112,13 @@ uint64_t neutralBits(DataType dtype, ReduceOp op) {
   }
   throw InvalidArgument("neutral element: unknown dtype " +
                         std::to_string(static_cast<int>(dtype)));
+}
+
+size_t grownCapacity(size_t capacity, size_t request) {
+  constexpr size_t kGrain = size_t(1) << 20;
+  if (request <= capacity) return capacity;
+  const size_t wanted = std::max(request, capacity + capacity / 2);
+  return (wanted + kGrain - 1) / kGrain * kGrain;
 }
 
 }  // namespace kolo::comm::cuda

@@ -1,61 +1,80 @@
 #include "comm/cuda/device_set.h"
 
-#include <cstring>
+#include <algorithm>
 #include <string>
+#include <utility>
 
-#include "comm/cuda/batched_copy.h"
-#include "comm/cuda/check.h"
+#include "comm/cuda/memory_policy.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
 
-DeviceContext::DeviceContext(int device)
-    : device_(device),
-      fusion_(device),
-      scratch_(device),
-      deviceDescs_(device),
-      doneEvents_(EventPool::create(device, cudaEventDisableTiming)),
-      timingEvents_(EventPool::create(device, cudaEventDefault)) {
-  KOLO_CHECK_ARG(device >= 0, "CUDA device index " + std::to_string(device) + " is negative");
-  DeviceGuard guard(device);
-  int least = 0, greatest = 0;
-  KOLO_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  KOLO_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-  for (DescSlot& slot : descSlots_) {
-    KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&slot.uploaded, cudaEventDisableTiming));
+std::shared_ptr<EventPool> EventPool::create(std::shared_ptr<device::Runtime> runtime, int device,
+                                             bool timing) {
+  return std::shared_ptr<EventPool>(new EventPool(std::move(runtime), device, timing));
+}
+
+EventPool::~EventPool() {
+  for (device::Event e : free_) runtime_->destroyEvent(e);
+}
+
+std::shared_ptr<void> EventPool::take() {
+  device::Event event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      event = free_.back();
+      free_.pop_back();
+    }
   }
+  if (event == nullptr) event = runtime_->createEvent(device_, timing_);
+  return std::shared_ptr<void>(static_cast<void*>(event), [pool = shared_from_this()](void* e) {
+    pool->give(static_cast<device::Event>(e));
+  });
+}
+
+void EventPool::give(device::Event event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(event);
+}
+
+DeviceContext::DeviceContext(std::shared_ptr<device::Runtime> runtime, int device)
+    : runtime_(std::move(runtime)), device_(device) {
+  KOLO_CHECK_ARG(device >= 0, "device index " + std::to_string(device) + " is negative");
+  runtime_->pinThread(device);
+  stream_ = runtime_->createStream(device);
+  doneEvents_ = EventPool::create(runtime_, device, false);
+  timingEvents_ = EventPool::create(runtime_, device, true);
 }
 
 DeviceContext::~DeviceContext() {
-  DeviceGuard guard(device_);
-  (void)cudaStreamSynchronize(stream_);
-  for (DescSlot& slot : descSlots_) (void)cudaEventDestroy(slot.uploaded);
-  (void)cudaStreamDestroy(stream_);
+  // destroyStream waits for the stream's work: nothing uses the buffers then.
+  runtime_->destroyStream(stream_);
+  if (fusion_.data != nullptr) runtime_->freeDevice(fusion_.data);
+  if (scratch_.data != nullptr) runtime_->freeDevice(scratch_.data);
+  if (staging_.data != nullptr) runtime_->freePinned(staging_.data);
+}
+
+void* DeviceContext::grow(Buffer& buffer, size_t bytes, bool pinned) {
+  if (bytes <= buffer.capacity && buffer.data != nullptr) return buffer.data;
+  const size_t next = grownCapacity(buffer.capacity, std::max<size_t>(bytes, 1));
+  if (buffer.data != nullptr) {
+    // Work queued on the stream may still read or write the old block.
+    synchronize();
+    pinned ? runtime_->freePinned(buffer.data) : runtime_->freeDevice(buffer.data);
+    buffer.data = nullptr;
+    buffer.capacity = 0;
+  }
+  buffer.data = pinned ? runtime_->allocPinned(next) : runtime_->allocDevice(device_, next);
+  buffer.capacity = next;
+  return buffer.data;
 }
 
 void DeviceContext::batchedCopy(const std::vector<CopyDesc>& copies, DataType dtype,
                                 const CopyTransform& transform) {
-  const CopyPlan plan = planCopies(copies, elementSize(dtype));
-  if (plan.chunks == 0) return;
-  DeviceGuard guard(device_);
-  // The device buffer is safe to overwrite: the upload below is ordered
-  // after the previous kernel on the same stream.
-  const size_t bytes = plan.descs.size() * sizeof(DeviceCopyDesc);
-  if (bytes > deviceDescs_.capacity()) KOLO_CUDA_CHECK(cudaStreamSynchronize(stream_));  // rare
-  DescSlot& slot = descSlots_[nextDescSlot_];
-  nextDescSlot_ = (nextDescSlot_ + 1) % kDescSlots;
-  // Only when kDescSlots launches are queued does the host wait, for the
-  // oldest upload (not for the kernels).
-  if (slot.inFlight) KOLO_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
-  void* host = slot.host.data(bytes);
-  void* dev = deviceDescs_.data(bytes);
-  std::memcpy(host, plan.descs.data(), bytes);
-  KOLO_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
-  KOLO_CUDA_CHECK(cudaEventRecord(slot.uploaded, stream_));
-  slot.inFlight = true;
-  launchBatchedCopy(static_cast<const DeviceCopyDesc*>(dev),
-                    static_cast<uint32_t>(plan.descs.size()), plan.chunks, plan.chunkElements,
-                    dtype, transform, stream_);
+  bool any = false;
+  for (const CopyDesc& c : copies) any = any || c.count > 0;
+  if (any) runtime_->pack(copies, dtype, transform, stream_);
 }
 
 void DeviceContext::copy(const void* src, void* dst, uint64_t count, DataType dtype,
@@ -66,38 +85,97 @@ void DeviceContext::copy(const void* src, void* dst, uint64_t count, DataType dt
     return;
   }
   if (src == dst) return;
-  DeviceGuard guard(device_);
-  KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * elementSize(dtype), cudaMemcpyDeviceToDevice,
-                                  stream_));
+  runtime_->copy(dst, src, count * elementSize(dtype), device::CopyKind::kDeviceToDevice,
+                 stream_);
 }
 
-void DeviceContext::waitEvent(cudaEvent_t event) {
-  KOLO_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+void DeviceContext::copyAsync(void* dst, const void* src, size_t bytes, device::CopyKind kind) {
+  if (bytes > 0) runtime_->copy(dst, src, bytes, kind, stream_);
+}
+
+void DeviceContext::waitEvent(void* event) {
+  runtime_->wait(stream_, static_cast<device::Event>(event));
+}
+
+bool DeviceContext::captured(void* event) {
+  return runtime_->captured(static_cast<device::Event>(event));
 }
 
 std::shared_ptr<void> DeviceContext::record(bool timing) {
-  DeviceGuard guard(device_);
   std::shared_ptr<void> event = (timing ? timingEvents_ : doneEvents_)->take();
-  KOLO_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event.get()), stream_));
+  runtime_->record(static_cast<device::Event>(event.get()), stream_);
   return event;
 }
 
 void DeviceContext::launchHostFunc(void (*fn)(void*), void* arg) {
-  DeviceGuard guard(device_);
-  KOLO_CUDA_CHECK(cudaLaunchHostFunc(stream_, fn, arg));
+  runtime_->hostFunc(stream_, fn, arg);
 }
 
-void DeviceContext::synchronize() {
-  DeviceGuard guard(device_);
-  KOLO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+void DeviceContext::synchronize() { runtime_->synchronize(stream_); }
+
+DeviceSet::DeviceSet(std::shared_ptr<device::Runtime> runtime)
+    : runtime_(runtime ? std::move(runtime) : device::cudaRuntime()) {
+  KOLO_CHECK_ARG(runtime_ != nullptr,
+                 "this build of kolo has no CUDA runtime; GPU work needs KOLO_WITH_CUDA=ON");
 }
 
 DeviceContext& DeviceSet::at(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = contexts_.find(device);
   if (it == contexts_.end()) {
-    it = contexts_.emplace(device, std::make_unique<DeviceContext>(device)).first;
+    it = contexts_.emplace(device, std::make_unique<DeviceContext>(runtime_, device)).first;
   }
   return *it->second;
+}
+
+void DeviceSet::pin(int device, const std::string& what) {
+  if (pinned_ < 0) {
+    pinned_ = device;
+    return;
+  }
+  if (device == pinned_) return;
+  throw InvalidArgument(
+      what + " is on cuda:" + std::to_string(device) + " but this rank works on cuda:" +
+      std::to_string(pinned_) +
+      " (its first CUDA tensor was there); kolo drives one GPU per rank. Put every tensor of "
+      "a rank on the same GPU: in Python call torch.cuda.set_device(hvd.local_rank()) before "
+      "creating tensors, in C++ c10::cuda::set_device(local_rank)");
+}
+
+void DeviceSet::drain() noexcept {
+  std::vector<DeviceContext*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [device, ctx] : contexts_) all.push_back(ctx.get());
+  }
+  for (DeviceContext* ctx : all) {
+    try {
+      ctx->synchronize();
+    } catch (const std::exception&) {
+      // A faulted device runs nothing more: its stream is drained too.
+    }
+  }
+}
+
+void DeviceSet::onStop(std::function<void(const Status&)> abort) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stops_.push_back(std::move(abort));
+}
+
+void DeviceSet::stopAll(const Status& why) noexcept {
+  std::vector<std::function<void(const Status&)>> stops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stops = stops_;
+  }
+  for (auto& stop : stops) {
+    try {
+      stop(why);
+    } catch (const std::exception&) {
+      // Aborting is best effort; the drain below is what counts.
+    }
+  }
+  drain();
 }
 
 }  // namespace kolo::comm::cuda

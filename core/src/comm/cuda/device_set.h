@@ -1,103 +1,172 @@
 // Per-device state of the GPU path: the comm stream, the fusion buffer
-// (allocated once per device, grown rarely), pinned host staging and the
-// batched copy kernel's descriptors. One DeviceSet per Engine: no globals,
-// so several engines (ranks as threads) can share a process.
+// (allocated once per device, grown rarely), pinned host staging and a pool
+// of events, all through a device::Runtime (device/runtime.h): CUDA for
+// users, the host runtime in tests. One DeviceSet per Engine, shared by
+// every process set, so each device has one comm stream per engine and the
+// collectives of every set's communicator run on it in the one global
+// response order (NCCL deadlocks when kernels of two communicators overlap
+// in different orders on different ranks). No globals: several engines
+// (ranks as threads) can share a process.
 //
-// Threading: loop thread only (the engine's background thread), except
-// where a method says otherwise. Every kernel, copy and (for NCCL) every
-// collective of one device is ordered on that device's comm stream, so
-// pack -> collective -> unpack needs no events between them.
+// Threading: loop thread only (the engine's background thread, which the
+// first DeviceContext pins to its device), except where a method says
+// otherwise. Every kernel, copy and (for NCCL) every collective of one
+// device is ordered on that device's comm stream, so pack -> collective ->
+// unpack needs no events between them.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
 #include "comm/cuda/copy_plan.h"
-#include "comm/cuda/memory.h"
+#include "device/runtime.h"
 #include "kolo/types.h"
 
 namespace kolo::comm::cuda {
 
+// Events of one device and kind, reused: creating one per response would
+// cost a driver call each time. take() hands out an event as a shared
+// pointer (void* is the runtime's Event, for CUDA the cudaEvent_t) that
+// goes back to the pool when the last copy is dropped, on any thread; the
+// pool lives as long as any event it handed out.
+class EventPool : public std::enable_shared_from_this<EventPool> {
+ public:
+  static std::shared_ptr<EventPool> create(std::shared_ptr<device::Runtime> runtime, int device,
+                                           bool timing);
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  // Loop thread (creating an event acts on the pinned device).
+  std::shared_ptr<void> take();
+
+ private:
+  EventPool(std::shared_ptr<device::Runtime> runtime, int device, bool timing)
+      : runtime_(std::move(runtime)), device_(device), timing_(timing) {}
+  void give(device::Event event);
+
+  const std::shared_ptr<device::Runtime> runtime_;
+  const int device_;
+  const bool timing_;
+  std::mutex mu_;
+  std::vector<device::Event> free_;  // guarded by mu_
+};
+
 class DeviceContext {
  public:
-  // Creates the comm stream (non-blocking w.r.t. the legacy default stream,
-  // highest priority) on device.
-  explicit DeviceContext(int device);
-  // Waits for the stream's work, then frees everything.
+  // Pins the calling (loop) thread to device, then creates the comm stream.
+  DeviceContext(std::shared_ptr<device::Runtime> runtime, int device);
+  // Waits for the stream's work, then frees everything. Any thread.
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
+  device::Stream stream() const { return stream_; }
+  device::Runtime& runtime() { return *runtime_; }
 
-  // The fusion buffer: at least bytes, reused across responses.
-  void* fusion(size_t bytes) { return fusion_.data(bytes); }
+  // The fusion buffer: at least bytes, reused across responses. Growing it
+  // waits for the stream first (queued work may still use the old block).
+  void* fusion(size_t bytes) { return grow(fusion_, bytes, /*pinned=*/false); }
   // Second device buffer (reduce-scatter input with a prescale, neutral
   // buffers of joined ranks).
-  void* scratch(size_t bytes) { return scratch_.data(bytes); }
+  void* scratch(size_t bytes) { return grow(scratch_, bytes, false); }
   // Pinned host staging for device tensors over a CPU backend. Callers
   // synchronise the stream before reusing it.
-  void* staging(size_t bytes) { return staging_.data(bytes); }
+  void* staging(size_t bytes) { return grow(staging_, bytes, true); }
 
-  // One launch on stream(): every copy, transformed (copy_plan.h). copies'
-  // pointers must be on this device. Returns without waiting.
+  // One pack launch on stream(): every copy, transformed (copy_plan.h).
+  // Returns without waiting.
   void batchedCopy(const std::vector<CopyDesc>& copies, DataType dtype,
                    const CopyTransform& transform);
-
-  // One tensor: a cudaMemcpyAsync when transform is a plain copy (no
-  // descriptor upload), else batchedCopy. Returns without waiting.
+  // One tensor: a plain asynchronous copy when transform is a copy, else
+  // batchedCopy. Returns without waiting.
   void copy(const void* src, void* dst, uint64_t count, DataType dtype,
             const CopyTransform& transform);
+  // bytes between host and device (staging), ordered on stream().
+  void copyAsync(void* dst, const void* src, size_t bytes, device::CopyKind kind);
 
-  // The comm stream waits for event (recorded by a producer on any stream
-  // of this device) without blocking the host.
-  void waitEvent(cudaEvent_t event);
+  // The comm stream waits for event (a runtime Event, for CUDA a
+  // cudaEvent_t, recorded by a producer on any stream of this device)
+  // without blocking the host.
+  void waitEvent(void* event);
+  // Whether event was recorded on a stream under graph capture.
+  bool captured(void* event);
   // An event recorded on the stream now (after everything enqueued so
-  // far), from a pool; alive while the pointer is held. Consumer streams
-  // wait on it. timing: an event that times phases (cudaEventElapsedTime).
+  // far), from a pool; alive while the pointer is held. timing: an event
+  // that times phases.
   std::shared_ptr<void> record(bool timing = false);
-  // fn(arg) runs on a CUDA thread once the stream gets there
-  // (cudaLaunchHostFunc): it must not call CUDA. Later work on the stream
-  // waits until it returned.
+  // fn(arg) runs on a runtime thread once the stream gets there: it must
+  // not call the runtime. Later work on the stream waits until it returned.
   void launchHostFunc(void (*fn)(void*), void* arg);
+  // Keeps object alive until the stream is destroyed, i.e. after the last
+  // of its work ran (or, on a faulted device, never will): what host
+  // functions on this stream point at.
+  void keepAlive(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
   // Blocks the calling thread until the stream is idle; throws Internal on
-  // a CUDA error (e.g. a faulting kernel).
+  // a device fault. Any thread.
   void synchronize();
+  // The device's sticky fault, ok while none. Any thread, never blocks.
+  Status error() noexcept { return runtime_->streamError(stream_); }
 
  private:
-  // Kernel descriptors travel from pinned host memory through a ring of
-  // slots: a slot is written again only once its upload has run, so the
-  // host waits only when kDescSlots launches are still queued on the stream.
-  static constexpr int kDescSlots = 8;
-  struct DescSlot {
-    PinnedBuffer host;
-    cudaEvent_t uploaded = nullptr;
-    bool inFlight = false;
+  struct Buffer {
+    void* data = nullptr;
+    size_t capacity = 0;
   };
+  void* grow(Buffer& buffer, size_t bytes, bool pinned);
 
+  const std::shared_ptr<device::Runtime> runtime_;
   const int device_;
-  cudaStream_t stream_ = nullptr;
-  DeviceBuffer fusion_;
-  DeviceBuffer scratch_;
-  DeviceBuffer deviceDescs_;
-  PinnedBuffer staging_;
-  DescSlot descSlots_[kDescSlots];
-  int nextDescSlot_ = 0;
+  device::Stream stream_ = nullptr;
+  Buffer fusion_;
+  Buffer scratch_;
+  Buffer staging_;
   std::shared_ptr<EventPool> doneEvents_;
   std::shared_ptr<EventPool> timingEvents_;
+  std::vector<std::shared_ptr<void>> kept_;  // released after the stream is destroyed
 };
 
 class DeviceSet {
  public:
-  // The context of device (>= 0), created on first use.
+  // runtime: nullptr is the CUDA runtime (device::cudaRuntime()).
+  explicit DeviceSet(std::shared_ptr<device::Runtime> runtime = nullptr);
+  // The context of device (>= 0), created on first use. Loop thread.
   DeviceContext& at(int device);
+  device::Runtime& runtime() { return *runtime_; }
+  const std::shared_ptr<device::Runtime>& runtimePtr() const { return runtime_; }
+
+  // The rank's device: the first call pins it (kolo drives one device per
+  // rank, as Horovod); a later call with another device throws
+  // InvalidArgument naming both and the fix. what names the tensor. Loop
+  // thread.
+  void pin(int device, const std::string& what);
+  // The pinned device, -1 before the first pin().
+  int pinned() const { return pinned_; }
+
+  // Blocks until every comm stream is idle (faults ignored): afterwards the
+  // device touches no memory of the work enqueued so far. Any thread.
+  void drain() noexcept;
+
+  // How to stop a communicator that enqueues on these streams (its
+  // abortWith); every process set's GPU executor registers its own. Any
+  // thread.
+  void onStop(std::function<void(const Status&)> abort);
+  // Aborts every registered communicator with why, then drain(): one set's
+  // collective waiting for peers cannot hold up the drain after another
+  // set's failure (they share the streams). Any thread.
+  void stopAll(const Status& why) noexcept;
 
  private:
+  std::shared_ptr<device::Runtime> runtime_;
+  int pinned_ = -1;
+  mutable std::mutex mu_;  // guards contexts_ and stops_ (watcher threads drain too)
   std::map<int, std::unique_ptr<DeviceContext>> contexts_;
+  std::vector<std::function<void(const Status&)>> stops_;
 };
 
 }  // namespace kolo::comm::cuda

@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "comm/cuda/check.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -32,37 +31,68 @@ GpuExecutor::GpuExecutor(std::shared_ptr<DeviceSet> devices,
   KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
                  "gpu executor: bad identity rank " + std::to_string(rank) + " of size " +
                      std::to_string(size));
+  devices_->onStop([weak = std::weak_ptr<comm::Collectives>(collectives_)](const Status& why) {
+    if (auto c = weak.lock()) c->abortWith(why);
+  });
 }
 
 GpuExecutor::~GpuExecutor() {
-  // Host functions still queued on a stream would signal a dead watcher:
-  // let every fence settle (the watcher bounds this by the timeout and
-  // aborts the communicator on a failure, so the stream drains), then wait
-  // for the streams themselves.
-  for (auto& [device, watcher] : watchers_) {
-    watcher->drain();
-    DeviceGuard guard(device);
-    (void)cudaStreamSynchronize(devices_->at(device).stream());
+  // Let every fence settle (the watcher bounds this by the timeout and, on a
+  // failure, aborts the communicator and drains the streams), then detach
+  // the relays: a host function that still runs finds nothing to signal.
+  const auto limit = timeout_ + std::chrono::seconds(5);
+  for (auto& [device, w] : watchers_) {
+    const bool settled = w.watcher->drainFor(limit);
+    {
+      std::lock_guard<std::mutex> lock(w.relay->mu);
+      w.relay->watcher = nullptr;
+    }
+    if (!settled) {
+      // Its thread is stuck in onFailure (a device that does not stop):
+      // joining would hang the shutdown. It holds only shared state.
+      (void)w.watcher.release();
+      continue;
+    }
+    w.watcher.reset();
   }
+  devices_->drain();
   watchers_.clear();
 }
 
-CompletionWatcher& GpuExecutor::watcher(int device) {
+GpuExecutor::Watched& GpuExecutor::watcher(int device) {
   auto it = watchers_.find(device);
-  if (it != watchers_.end()) return *it->second;
+  if (it != watchers_.end()) return it->second;
   CompletionWatcher::Options options;
   options.what = std::string("GPU work (") + collectives_->name() + ") on cuda:" +
                  std::to_string(device) + ", rank " + std::to_string(rank_) + " of " +
                  std::to_string(size_);
   options.timeout = timeout_;
-  options.check = [this] { return collectives_->asyncError(); };
-  options.onFailure = [this] { collectives_->abortAsync(); };
-  return *watchers_.emplace(device, std::make_unique<CompletionWatcher>(options))
-              .first->second;
+  // The health check reads NCCL's asynchronous error and the device's
+  // sticky fault (a faulted kernel stops the host functions, so without it
+  // the fences would only time out). Host-side reads; the watcher thread
+  // pins itself to the device first (no context on another GPU).
+  options.check = [collectives = collectives_, devices = devices_, device] {
+    devices->runtime().pinThread(device);
+    Status s = devices->at(device).error();
+    if (!s.ok()) return s;
+    return collectives->asyncError();
+  };
+  // Before any failed callback releases a tensor: stop the collectives,
+  // then wait until the comm streams are idle (a faulted device runs
+  // nothing more; an aborted communicator's kernels exit).
+  options.onFailure = [devices = devices_](const Status& why) { devices->stopAll(why); };
+  Watched w;
+  w.watcher = std::make_unique<CompletionWatcher>(options);
+  w.relay = std::make_shared<Relay>();
+  w.relay->watcher = w.watcher.get();
+  devices_->at(device).keepAlive(w.relay);
+  return watchers_.emplace(device, std::move(w)).first->second;
 }
 
-void GpuExecutor::signalWatcher(void* watcher) {
-  static_cast<CompletionWatcher*>(watcher)->signal();
+void GpuExecutor::signalRelay(void* arg) {
+  auto* relay = static_cast<Relay*>(arg);
+  std::lock_guard<std::mutex> lock(relay->mu);
+  if (relay->watcher != nullptr) relay->watcher->signal();
 }
 
 void GpuExecutor::beginResponse(int device, bool timed) {
@@ -77,19 +107,19 @@ void GpuExecutor::mark(int device, GpuPhases::Phase phase) {
 
 GpuFence GpuExecutor::endResponse(int device) {
   DeviceContext& ctx = devices_->at(device);
-  CompletionWatcher& w = watcher(device);
+  Watched& w = watcher(device);
   // A failure seen on the watcher ends the engine (the next response
   // throws here), so nothing queues behind an aborted communicator.
-  w.failure().throwIfError();
+  w.watcher->failure().throwIfError();
   GpuFence fence;
   fence.device = device;
   fence.doneEvent = ctx.record();
   fence.timing = std::move(timing_);
-  fence.id = w.open();
+  fence.id = w.watcher->open();
   try {
-    ctx.launchHostFunc(&GpuExecutor::signalWatcher, &w);
+    ctx.launchHostFunc(&GpuExecutor::signalRelay, w.relay.get());
   } catch (const std::exception& e) {
-    w.fail(statusFromException(e));
+    w.watcher->fail(statusFromException(e));
     throw;
   }
   return fence;
@@ -98,47 +128,45 @@ GpuFence GpuExecutor::endResponse(int device) {
 void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
   const int device = fence.device;
   auto timing = std::static_pointer_cast<Timing>(fence.timing);
-  watcher(device).then(fence.id, [device, timing = std::move(timing), done = std::move(done)](
-                                     const Status& status, CompletionWatcher::Clock::time_point
-                                                               signalled) {
-    GpuPhases phases;
-    if (timing && status.ok()) {
-      // The signal ran right after the last phase: anchor the device's
-      // elapsed times there.
-      DeviceGuard guard(device);
-      const int64_t end = std::chrono::duration_cast<std::chrono::microseconds>(
-                              signalled.time_since_epoch())
-                              .count();
-      cudaEvent_t last = nullptr;
-      for (int p = GpuPhases::kCount - 1; p >= 0 && last == nullptr; --p) {
-        if (timing->events[p]) last = static_cast<cudaEvent_t>(timing->events[p].get());
-      }
-      phases.timed = true;
-      int64_t previous = end;
-      for (int p = 0; p < GpuPhases::kCount; ++p) {
-        float ms = 0;
-        if (timing->events[p] &&
-            cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(timing->events[p].get()), last) ==
-                cudaSuccess) {
-          previous = end - static_cast<int64_t>(ms * 1000.0f);
-        } else {
-          (void)cudaGetLastError();
+  watcher(device).watcher->then(
+      fence.id, [devices = devices_, timing = std::move(timing), done = std::move(done)](
+                    const Status& status, CompletionWatcher::Clock::time_point signalled) {
+        GpuPhases phases;
+        if (timing && status.ok()) {
+          // The signal ran right after the last phase: anchor the device's
+          // elapsed times there.
+          device::Runtime& rt = devices->runtime();
+          const int64_t end = std::chrono::duration_cast<std::chrono::microseconds>(
+                                  signalled.time_since_epoch())
+                                  .count();
+          device::Event last = nullptr;
+          for (int p = GpuPhases::kCount - 1; p >= 0 && last == nullptr; --p) {
+            if (timing->events[p]) last = static_cast<device::Event>(timing->events[p].get());
+          }
+          phases.timed = true;
+          int64_t previous = end;
+          for (int p = 0; p < GpuPhases::kCount; ++p) {
+            float ms = 0;
+            if (timing->events[p] &&
+                rt.elapsedMs(static_cast<device::Event>(timing->events[p].get()), last, &ms)) {
+              previous = end - static_cast<int64_t>(ms * 1000.0f);
+            }
+            phases.at[p] = p == 0 ? previous : std::max(previous, phases.at[p - 1]);
+          }
         }
-        phases.at[p] = p == 0 ? previous : std::max(previous, phases.at[p - 1]);
-      }
-    }
-    done(status, phases);
-  });
+        done(status, phases);
+      });
 }
 
 void GpuExecutor::abort(const Status& why) {
-  for (auto& [device, w] : watchers_) w->fail(why);
+  for (auto& [device, w] : watchers_) w.watcher->fail(why);
+  devices_->stopAll(why);
 }
 
-void GpuExecutor::waitReady(int device, cudaEvent_t event) {
-  DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
-  ctx.waitEvent(event);
+void GpuExecutor::waitReady(int device, void* event) { devices_->at(device).waitEvent(event); }
+
+bool GpuExecutor::captured(int device, void* event) {
+  return devices_->at(device).captured(event);
 }
 
 GpuExecutor::Finish GpuExecutor::finishFor(DataType dtype, ReduceOp op, double postscale) const {
@@ -155,7 +183,6 @@ GpuExecutor::Finish GpuExecutor::finishFor(DataType dtype, ReduceOp op, double p
 void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors, DataType dtype,
                             ReduceOp op, double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
   const size_t es = elementSize(dtype);
   const CopyTransform pre = makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
@@ -208,7 +235,6 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
 
 void GpuExecutor::broadcast(int device, const DeviceTensor& tensor, DataType dtype, int root) {
   DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
   const size_t es = elementSize(dtype);
   void* buf = tensor.output;
   if (buf == nullptr) buf = ctx.scratch(tensor.count * es);  // a joined rank
@@ -222,7 +248,6 @@ void GpuExecutor::broadcast(int device, const DeviceTensor& tensor, DataType dty
 void GpuExecutor::allgatherv(int device, const void* in, void* out,
                              const std::vector<size_t>& counts, DataType dtype) {
   DeviceContext& ctx = devices_->at(device);  // the comm stream exists before the backend uses it
-  DeviceGuard guard(device);
   if (out == nullptr) {  // a joined rank: receives into scratch
     size_t total = 0;
     for (size_t c : counts) total += c;
@@ -235,7 +260,6 @@ void GpuExecutor::allgatherv(int device, const void* in, void* out,
 void GpuExecutor::alltoallv(int device, const void* in, const std::vector<size_t>& sendCounts,
                             void* out, const std::vector<size_t>& recvCounts, DataType dtype) {
   DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
   if (out == nullptr) {
     size_t total = 0;
     for (size_t c : recvCounts) total += c;
@@ -249,7 +273,6 @@ void GpuExecutor::reducescatter(int device, const void* in, void* out,
                                 const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
                                 double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
-  DeviceGuard guard(device);
   const size_t es = elementSize(dtype);
   const CopyTransform pre = makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);

@@ -14,8 +14,20 @@
 // and a host function on the stream that signals the device's
 // CompletionWatcher, whose thread then runs whenDone's callback. The host
 // never waits for the device on this path (staging over gloo/mpi does, for
-// its host copies); NCCL's asynchronous error and KOLO_TIMEOUT bound every
-// wait in the watcher, which aborts the communicator on either.
+// its host copies); NCCL's asynchronous error, the device's sticky fault
+// and KOLO_TIMEOUT bound every wait in the watcher, which on any of them
+// aborts the communicator and drains the comm streams before a failed
+// callback runs (so nothing is released while the device may still touch
+// it).
+//
+// Every runtime call goes through the DeviceSet's device::Runtime: CUDA
+// for users, the host runtime in tests.
+//
+// Lifetime: a host function points at a relay, never at the watcher
+// itself. The device's DeviceContext keeps the relay until its stream is
+// destroyed (after the last host function ran); the destructor detaches
+// the relays, so a host function that runs late (a drain that ran out of
+// time) finds nothing to signal.
 //
 // Threading: loop thread only, every rank in the same response order (the
 // collectives inside are collective calls); whenDone callbacks on the
@@ -26,9 +38,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
-
-#include <cuda_runtime_api.h>
 
 #include "comm/collectives.h"
 #include "common/completion_watcher.h"
@@ -54,11 +65,11 @@ class GpuExecutor final : public GpuOps {
   comm::Collectives& collectives() { return *collectives_; }
   DeviceContext& context(int device) { return devices_->at(device); }
 
+  void pin(int device, const std::string& what) override { devices_->pin(device, what); }
+  int pinned() const override { return devices_->pinned(); }
   // The comm stream of device waits for event; the host does not block.
-  void waitReady(int device, cudaEvent_t event);
-  void waitReady(int device, void* event) override {
-    waitReady(device, static_cast<cudaEvent_t>(event));
-  }
+  void waitReady(int device, void* event) override;
+  bool captured(int device, void* event) override;
 
   // Fused allreduce of tensors (same dtype); op may be kAverage. A single
   // non-joined tensor is reduced in place in its output (no fusion copy).
@@ -96,12 +107,21 @@ class GpuExecutor final : public GpuOps {
   Finish finishFor(DataType dtype, ReduceOp op, double postscale) const;
   // Records phase's timing event when the current response is timed.
   void mark(int device, GpuPhases::Phase phase);
-  CompletionWatcher& watcher(int device);
-  // The CUDA host function that signals a watcher (arg: the watcher).
-  static void signalWatcher(void* watcher);
+  // What a host function signals: the watcher while it lives.
+  struct Relay {
+    std::mutex mu;
+    CompletionWatcher* watcher = nullptr;  // guarded by mu; nullptr once detached
+  };
+  struct Watched {
+    std::unique_ptr<CompletionWatcher> watcher;
+    std::shared_ptr<Relay> relay;
+  };
+  Watched& watcher(int device);
+  // The host function that signals a watcher (arg: the Relay).
+  static void signalRelay(void* relay);
 
   std::shared_ptr<DeviceSet> devices_;
-  std::unique_ptr<comm::Collectives> collectives_;
+  std::shared_ptr<comm::Collectives> collectives_;
   const int rank_;
   const int size_;
   const bool nativeAverage_;  // the backend reduces kAverage itself (ncclAvg)
@@ -112,7 +132,7 @@ class GpuExecutor final : public GpuOps {
   };
   std::shared_ptr<Timing> timing_;
   // One per device used; after collectives_ so they stop first.
-  std::map<int, std::unique_ptr<CompletionWatcher>> watchers_;
+  std::map<int, Watched> watchers_;
 };
 
 }  // namespace kolo::comm::cuda

@@ -1,9 +1,10 @@
 // GpuOps: the engine's entry point to the GPU path, free of CUDA types so
 // executor.cc can hold one in every build (no #if in engine code). Built by
-// comm::createGpuOps (select.h), which throws InvalidArgument naming
-// KOLO_GPU_OPERATIONS in a build without CUDA. The implementation is
-// cuda::GpuExecutor (gpu_executor.h): read its header for the stream
-// contract. cudaEvent_t values travel as void*.
+// comm::createGpuOps (select.h) over the engine's device runtime (CUDA, or
+// the host runtime of Config::deviceRuntime); it throws InvalidArgument
+// naming KOLO_GPU_OPERATIONS in a build without either. The implementation
+// is cuda::GpuExecutor (gpu_executor.h): read its header for the stream
+// contract. Events (cudaEvent_t for CUDA) travel as void*.
 //
 // A response is beginResponse, waitReady for each input, markReady, the
 // operation, endResponse: all of it only enqueues work on the device's comm
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kolo/error.h"
@@ -57,9 +59,18 @@ class GpuOps {
   // The data plane's name for timelines: "nccl", "gloo+staging", ...
   virtual const char* name() const = 0;
 
+  // The rank's device: the first call pins it for the engine (every process
+  // set); another device throws InvalidArgument naming both and the fix.
+  // what names the tensor. The pinned device, -1 before.
+  virtual void pin(int device, const std::string& what) = 0;
+  virtual int pinned() const = 0;
+
   // The comm stream of device waits for cudaEvent (a cudaEvent_t recorded
   // by the tensor's producer); the host does not block.
   virtual void waitReady(int device, void* cudaEvent) = 0;
+  // Whether cudaEvent was recorded while its stream was being captured into
+  // a CUDA graph: waiting on it would pull the comm stream into the capture.
+  virtual bool captured(int device, void* cudaEvent) = 0;
 
   // Fused allreduce of tensors; op may be kAverage.
   virtual void allreduce(int device, const std::vector<DeviceTensor>& tensors, DataType dtype,
@@ -93,8 +104,11 @@ class GpuOps {
   // whenDone, right after endResponse.
   using Done = std::function<void(const Status&, const GpuPhases&)>;
   virtual void whenDone(const GpuFence& fence, Done done) = 0;
-  // The engine failed for another reason: the work in flight stops (the
-  // communicator is aborted) and its fences fail with why.
+  // The engine failed for another reason, or a response threw after it
+  // enqueued work: the work in flight stops (the communicator is aborted)
+  // and its fences fail with why. Returns once the devices no longer touch
+  // any memory of that work (the comm streams drained), so the caller may
+  // release the tensors.
   virtual void abort(const Status& why) = 0;
 };
 

@@ -1,105 +1,16 @@
 #include "comm/cuda/memory.h"
 
-#include <algorithm>
+#include <cuda_runtime_api.h>
 
 #include "comm/cuda/check.h"
 
 namespace kolo::comm::cuda {
-namespace {
 
-constexpr size_t kGrain = size_t(1) << 20;
-
-}  // namespace
-
-size_t grownCapacity(size_t capacity, size_t request) {
-  if (request <= capacity) return capacity;
-  const size_t wanted = std::max(request, capacity + capacity / 2);
-  return (wanted + kGrain - 1) / kGrain * kGrain;
-}
-
-DeviceGuard::DeviceGuard(int device) {
+void useDevice(int device) {
   if (device < 0) return;
-  KOLO_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ == device) {
-    previous_ = -1;
-    return;
-  }
-  KOLO_CUDA_CHECK(cudaSetDevice(device));
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) {
-    DeviceGuard guard(device_);
-    (void)cudaFree(data_);
-  }
-}
-
-void* DeviceBuffer::data(size_t bytes) {
-  if (bytes <= capacity_ && data_ != nullptr) return data_;
-  const size_t next = grownCapacity(capacity_, std::max<size_t>(bytes, 1));
-  DeviceGuard guard(device_);
-  if (data_ != nullptr) {
-    KOLO_CUDA_CHECK(cudaFree(data_));
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  KOLO_CUDA_CHECK(cudaMalloc(&data_, next));
-  capacity_ = next;
-  return data_;
-}
-
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) (void)cudaFreeHost(data_);
-}
-
-void* PinnedBuffer::data(size_t bytes) {
-  if (bytes <= capacity_ && data_ != nullptr) return data_;
-  const size_t next = grownCapacity(capacity_, std::max<size_t>(bytes, 1));
-  if (data_ != nullptr) {
-    KOLO_CUDA_CHECK(cudaFreeHost(data_));
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  KOLO_CUDA_CHECK(cudaHostAlloc(&data_, next, cudaHostAllocPortable));
-  capacity_ = next;
-  return data_;
-}
-
-std::shared_ptr<EventPool> EventPool::create(int device, unsigned flags) {
-  return std::shared_ptr<EventPool>(new EventPool(device, flags));
-}
-
-EventPool::~EventPool() {
-  DeviceGuard guard(device_);
-  for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
-}
-
-std::shared_ptr<void> EventPool::take() {
-  cudaEvent_t event = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!free_.empty()) {
-      event = free_.back();
-      free_.pop_back();
-    }
-  }
-  if (event == nullptr) {
-    DeviceGuard guard(device_);
-    KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&event, flags_));
-  }
-  return std::shared_ptr<void>(static_cast<void*>(event),
-                               [pool = shared_from_this()](void* e) {
-                                 pool->give(static_cast<cudaEvent_t>(e));
-                               });
-}
-
-void EventPool::give(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_.push_back(event);
+  int current = -1;
+  KOLO_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) KOLO_CUDA_CHECK(cudaSetDevice(device));
 }
 
 int deviceOf(const void* ptr) {

@@ -4,7 +4,6 @@
 #include <numeric>
 #include <utility>
 
-#include "comm/cuda/check.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -35,6 +34,9 @@ StagedCollectives::StagedCollectives(std::unique_ptr<comm::Collectives> host,
 
 DeviceContext* StagedCollectives::stageFor(bool reduces, DataType dtype, const void* a,
                                            const void* b) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    throw PeerFailure(name_ + ": aborted after an earlier failure");
+  }
   DeviceContext* ctx = contextOf(a, b);
   if (ctx == nullptr || !deviceDirect_) return ctx;
   const bool hostReduction =
@@ -51,7 +53,7 @@ DeviceContext* StagedCollectives::stageFor(bool reduces, DataType dtype, const v
 DeviceContext* StagedCollectives::contextOf(const void* a, const void* b) {
   int device = -1;
   for (const void* p : {a, b}) {
-    const int d = deviceOf(p);
+    const int d = devices_->runtime().deviceOf(p);
     if (d < 0) continue;
     KOLO_CHECK_ARG(device < 0 || d == device, std::string(name()) + ": buffers on devices " +
                                                   std::to_string(device) + " and " +
@@ -63,16 +65,15 @@ DeviceContext* StagedCollectives::contextOf(const void* a, const void* b) {
 
 void StagedCollectives::toHost(DeviceContext& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  DeviceGuard guard(ctx.device());
-  KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.copyAsync(dst, src, bytes, device::CopyKind::kDeviceToHost);
   // The host backend reads the staging copy next.
   ctx.synchronize();
 }
 
 void StagedCollectives::toDevice(DeviceContext& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  DeviceGuard guard(ctx.device());
-  KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
+  ctx.copyAsync(dst, src, bytes, device::CopyKind::kHostToDevice);
+  // The staging buffer is reused by the next call.
   ctx.synchronize();
 }
 

@@ -10,9 +10,12 @@
 // user-defined operations, which run on the host, so they are staged.
 //
 // Threading: as comm::Collectives. Each call returns once the result is in
-// the caller's buffer (the comm stream has been synchronised).
+// the caller's buffer (the comm stream has been synchronised), so nothing
+// of it is in flight between calls: abortAsync only makes later calls fail
+// (GpuExecutor::abort then drains the comm streams for what is queued).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +45,9 @@ class StagedCollectives final : public comm::Collectives {
 
   comm::Collectives& host() { return *host_; }
 
+  // Any thread: later calls throw PeerFailure.
+  void abortAsync() override { aborted_.store(true, std::memory_order_release); }
+
  private:
   // The context of the device the non-null buffers live on; nullptr when
   // they are host memory or all null (then no staging is needed).
@@ -60,6 +66,7 @@ class StagedCollectives final : public comm::Collectives {
   const int size_;
   const bool deviceDirect_;
   std::string name_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace kolo::comm::cuda

@@ -60,7 +60,9 @@ class Collectives final : public comm::Collectives {
   // connected on first use. Throws InvalidArgument for host memory or a
   // second device.
   Communicator& bind(const char* what, const void* a, const void* b = nullptr);
-  cudaStream_t stream() { return devices_->at(comm_->device()).stream(); }
+  cudaStream_t stream() {
+    return reinterpret_cast<cudaStream_t>(devices_->at(comm_->device()).stream());
+  }
 
   const std::chrono::milliseconds timeout_;
   const int rank_;

@@ -1,6 +1,9 @@
 #include "comm/nccl/communicator.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -63,7 +66,7 @@ std::unique_ptr<Communicator> Communicator::connect(
                who + ": NCCL id of " + std::to_string(bytes.size()) + " bytes");
   std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
 
-  cuda::DeviceGuard guard(device);
+  cuda::useDevice(device);  // the loop thread's device from now on (never restored)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait below is ours, bounded and abortable
   ncclComm_t comm = nullptr;
@@ -83,7 +86,8 @@ Communicator::Communicator(ncclComm_t comm, int rank, int size, int device,
 
 Communicator::~Communicator() {
   if (comm_ == nullptr) return;
-  cuda::DeviceGuard guard(device_);
+  // No device switch here: this may run on a thread of the user's (NCCL's
+  // calls make the communicator's device current themselves).
   const auto deadline = Clock::now() + timeout_;
   ncclResult_t r = ncclCommFinalize(comm_);
   ncclResult_t state = r;
@@ -96,9 +100,36 @@ Communicator::~Communicator() {
   if ((r == ncclSuccess || r == ncclInProgress) && state == ncclSuccess) {
     ncclCommDestroy(comm_);
   } else {
-    ncclCommAbort(comm_);
+    abortBounded(comm_, device_, abortLimit());
   }
   comm_ = nullptr;
+}
+
+std::chrono::milliseconds Communicator::abortLimit() const {
+  return std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10));
+}
+
+bool abortBounded(ncclComm_t comm, int device, std::chrono::milliseconds limit) {
+  // ncclCommAbort hangs in some NCCL versions (a proxy thread that never
+  // exits): it runs on a helper thread, and past limit it is left behind
+  // (reported; the process may still exit) instead of hanging shutdown.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([comm, device, done] {
+    try {
+      cuda::useDevice(device);
+    } catch (const std::exception&) {
+      // ncclCommAbort makes the device current itself.
+    }
+    ncclCommAbort(comm);
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(limit) == std::future_status::ready) return true;
+  std::fprintf(stderr,
+               "kolo: ncclCommAbort on cuda:%d did not return within %lld ms; leaving it "
+               "behind\n",
+               device, static_cast<long long>(limit.count()));
+  return false;
 }
 
 void Communicator::abort() noexcept {
@@ -108,12 +139,7 @@ void Communicator::abort() noexcept {
 
 void Communicator::abortLocked() noexcept {
   if (comm_ == nullptr) return;
-  try {
-    cuda::DeviceGuard guard(device_);
-    ncclCommAbort(comm_);
-  } catch (...) {
-    ncclCommAbort(comm_);
-  }
+  abortBounded(comm_, device_, abortLimit());
   comm_ = nullptr;
   if (!failed_) {
     failed_ = true;
@@ -126,7 +152,7 @@ void Communicator::run(const char* what, cudaStream_t stream,
   (void)stream;  // issue() names it; the work stays on it
   std::lock_guard<std::mutex> lock(mu_);
   checkUsable(what);
-  cuda::DeviceGuard guard(device_);
+  cuda::useDevice(device_);  // the loop thread works on this device
   const auto deadline = Clock::now() + timeout_;
   const ncclResult_t r = issue();
   if (r != ncclSuccess && r != ncclInProgress) fail(what, describe(r, comm_), false);

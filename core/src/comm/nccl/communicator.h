@@ -62,7 +62,7 @@ class Communicator {
   Status asyncError();
 
   // Aborts now (e.g. the engine failed for another reason): kernels waiting
-  // for peers end. Idempotent. Any thread.
+  // for peers end. Bounded (abortBounded). Idempotent. Any thread.
   void abort() noexcept;
 
  private:
@@ -78,6 +78,8 @@ class Communicator {
   void noteFailure(const char* what, const std::string& text, bool isTimeout);
   [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
   void abortLocked() noexcept;
+  // How long an abort may take before it is left behind.
+  std::chrono::milliseconds abortLimit() const;
 
   mutable std::mutex mu_;  // guards comm_ and the failure fields
   ncclComm_t comm_;
@@ -89,6 +91,11 @@ class Communicator {
   bool failedByTimeout_ = false;
   std::string failure_;
 };
+
+// ncclCommAbort(comm) on a helper thread, waiting up to limit: true when it
+// returned. Past limit it is left running (and reported on stderr), so a
+// hanging abort cannot hang the engine's shutdown.
+bool abortBounded(ncclComm_t comm, int device, std::chrono::milliseconds limit);
 
 // Sleeps a little more the longer a wait lasts: spin first (latency of small
 // collectives), then yield, then sleep up to 100 us.

@@ -1,0 +1,378 @@
+#include "device/host/host_runtime.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <utility>
+
+#include "device/host/collectives.h"
+#include "execution/reduce.h"
+
+namespace kolo::device::host {
+
+using Clock = std::chrono::steady_clock;
+
+struct HostRuntime::HostStream {
+  int device = 0;
+  std::deque<Task> tasks;  // guarded by the runtime's mu_
+  bool busy = false;       // a task runs now
+  bool stop = false;
+  bool capturing = false;
+  std::thread thread;
+};
+
+// An event handle owns one reference to its state; queued records and
+// waits hold their own, so destroying an event with work queued on it is
+// fine (as in CUDA).
+struct HostRuntime::HostEvent {
+  int device = 0;
+  bool timing = false;
+  uint64_t recorded = 0;   // records enqueued
+  uint64_t completed = 0;  // records the stream got to
+  bool captured = false;   // the last record was on a capturing stream
+  Clock::time_point at{};  // when the last record completed
+};
+
+HostRuntime::HostRuntime(int devices)
+    : devices_(devices), faults_(static_cast<size_t>(devices)), pinCount_(devices, 0) {
+  KOLO_CHECK_ARG(devices >= 1, "host runtime: needs at least one device");
+}
+
+HostRuntime::~HostRuntime() {
+  std::vector<std::unique_ptr<HostStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.swap(streams_);
+    for (auto& s : streams) s->stop = true;
+  }
+  changed_.notify_all();
+  for (auto& s : streams) s->thread.join();
+  for (auto& [start, block] : allocations_) std::free(reinterpret_cast<void*>(start));
+}
+
+void HostRuntime::checkDevice(int device) const {
+  if (device < 0 || device >= devices_) {
+    throw Internal("host runtime: device " + std::to_string(device) + " does not exist (" +
+                   std::to_string(devices_) + " devices)");
+  }
+}
+
+HostRuntime::HostStream& HostRuntime::streamOf(Stream stream) const {
+  KOLO_ENFORCE(stream != nullptr, "host runtime: null stream");
+  return *reinterpret_cast<HostStream*>(stream);
+}
+
+std::shared_ptr<HostRuntime::HostEvent> HostRuntime::eventOf(Event event) const {
+  KOLO_ENFORCE(event != nullptr, "host runtime: null event");
+  return *reinterpret_cast<std::shared_ptr<HostEvent>*>(event);
+}
+
+void HostRuntime::pinThread(int device) {
+  checkDevice(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = pinned_.emplace(std::this_thread::get_id(), device);
+  if (fresh) {
+    ++pinCount_[device];
+    return;
+  }
+  if (it->second != device) {
+    throw Internal("host runtime: this thread works on device " + std::to_string(it->second) +
+                   " and was asked to switch to device " + std::to_string(device));
+  }
+}
+
+int HostRuntime::currentDevice() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pinned_.find(std::this_thread::get_id());
+  return it == pinned_.end() ? -1 : it->second;
+}
+
+int HostRuntime::threadsPinnedTo(int device) const {
+  checkDevice(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  return pinCount_[device];
+}
+
+int HostRuntime::deviceOf(const void* ptr) {
+  if (ptr == nullptr) return -1;
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocations_.upper_bound(p);
+  if (it == allocations_.begin()) return -1;
+  --it;
+  return p < it->first + std::max<size_t>(it->second.first, 1) ? it->second.second : -1;
+}
+
+void* HostRuntime::allocDevice(int device, size_t bytes) {
+  checkDevice(device);
+  void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+  if (p == nullptr) throw Internal("host runtime: out of memory");
+  std::lock_guard<std::mutex> lock(mu_);
+  allocations_[reinterpret_cast<uintptr_t>(p)] = {bytes, device};
+  return p;
+}
+
+void HostRuntime::freeDevice(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  std::free(ptr);
+}
+
+void* HostRuntime::allocPinned(size_t bytes) {
+  void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+  if (p == nullptr) throw Internal("host runtime: out of pinned memory");
+  return p;
+}
+
+void HostRuntime::freePinned(void* ptr) noexcept { std::free(ptr); }
+
+Stream HostRuntime::createStream(int device) {
+  checkDevice(device);
+  auto s = std::make_unique<HostStream>();
+  s->device = device;
+  HostStream* raw = s.get();
+  std::lock_guard<std::mutex> lock(mu_);  // the worker starts once this is released
+  raw->thread = std::thread([this, raw] { runStream(raw); });
+  streams_.push_back(std::move(s));
+  return reinterpret_cast<Stream>(raw);
+}
+
+void HostRuntime::destroyStream(Stream stream) noexcept {
+  if (stream == nullptr) return;
+  HostStream* s = &streamOf(stream);
+  std::unique_ptr<HostStream> owned;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return s->tasks.empty() && !s->busy; });
+    s->stop = true;
+    auto it = std::find_if(streams_.begin(), streams_.end(),
+                           [&](const auto& p) { return p.get() == s; });
+    if (it != streams_.end()) {
+      owned = std::move(*it);
+      streams_.erase(it);
+    }
+  }
+  changed_.notify_all();
+  if (owned) owned->thread.join();
+}
+
+Event HostRuntime::createEvent(int device, bool timing) {
+  checkDevice(device);
+  auto e = std::make_shared<HostEvent>();
+  e->device = device;
+  e->timing = timing;
+  return reinterpret_cast<Event>(new std::shared_ptr<HostEvent>(std::move(e)));
+}
+
+void HostRuntime::destroyEvent(Event event) noexcept {
+  delete reinterpret_cast<std::shared_ptr<HostEvent>*>(event);
+}
+
+void HostRuntime::faultLocked(int device, const std::string& message) {
+  if (faults_[device].ok()) {
+    faults_[device] = Status{ErrorCode::kInternal, "host device " + std::to_string(device) +
+                                                       ": " + message};
+  }
+  changed_.notify_all();
+}
+
+void HostRuntime::faultAt(int device, Stage stage, int nth, const std::string& message) {
+  checkDevice(device);
+  KOLO_CHECK_ARG(nth >= 1, "host runtime: faultAt counts from 1");
+  std::lock_guard<std::mutex> lock(mu_);
+  injections_[{device, stage}] = Injection{nth, message};
+}
+
+Status HostRuntime::deviceError(int device) const {
+  checkDevice(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  return faults_[device];
+}
+
+void HostRuntime::enqueue(Stream stream, Stage stage, std::function<void()> fn) {
+  HostStream& s = streamOf(stream);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Task task{stage, std::move(fn), {}};
+    auto it = injections_.find({s.device, stage});
+    if (it != injections_.end() && --it->second.countdown == 0) {
+      task.fault = it->second.message;
+      injections_.erase(it);
+    }
+    s.tasks.push_back(std::move(task));
+  }
+  changed_.notify_all();
+}
+
+void HostRuntime::runStream(HostStream* s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    changed_.wait(lock, [&] { return s->stop || !s->tasks.empty(); });
+    if (s->tasks.empty()) return;  // stopping, nothing left
+    Task task = std::move(s->tasks.front());
+    s->tasks.pop_front();
+    if (!faults_[s->device].ok()) {
+      // A faulted device runs nothing more: its queue only drains.
+      if (s->tasks.empty()) changed_.notify_all();
+      continue;
+    }
+    if (!task.fault.empty()) {
+      faultLocked(s->device, task.fault);
+      continue;
+    }
+    s->busy = true;
+    lock.unlock();
+    task.fn();  // never throws: tasks catch what they report elsewhere
+    lock.lock();
+    s->busy = false;
+    changed_.notify_all();
+  }
+}
+
+void HostRuntime::record(Event event, Stream stream) {
+  std::shared_ptr<HostEvent> e = eventOf(event);
+  HostStream& s = streamOf(stream);
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = ++e->recorded;
+    e->captured = s.capturing;
+  }
+  enqueue(stream, Stage::kCount, [this, e, n] {
+    std::lock_guard<std::mutex> lock(mu_);
+    e->completed = std::max(e->completed, n);
+    e->at = Clock::now();
+    changed_.notify_all();
+  });
+}
+
+void HostRuntime::wait(Stream stream, Event event) {
+  std::shared_ptr<HostEvent> e = eventOf(event);
+  HostStream& s = streamOf(stream);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    target = e->recorded;  // the record in force now, as cudaStreamWaitEvent
+  }
+  if (target == 0) return;
+  enqueue(stream, Stage::kCount, [this, e, &s, target] {
+    std::unique_lock<std::mutex> lock(mu_);
+    // A fault on either device ends the wait: nothing behind it runs then.
+    changed_.wait(lock, [&] {
+      return e->completed >= target || s.stop || !faults_[e->device].ok() ||
+             !faults_[s.device].ok();
+    });
+  });
+}
+
+bool HostRuntime::reached(Event event) {
+  std::shared_ptr<HostEvent> e = eventOf(event);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!faults_[e->device].ok()) throw Internal(faults_[e->device].message);
+  return e->completed >= e->recorded;
+}
+
+bool HostRuntime::captured(Event event) {
+  std::shared_ptr<HostEvent> e = eventOf(event);
+  std::lock_guard<std::mutex> lock(mu_);
+  return e->captured;
+}
+
+bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
+  const HostEvent& a = *eventOf(from);
+  const HostEvent& b = *eventOf(to);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!a.timing || !b.timing || a.completed == 0 || b.completed == 0) return false;
+  *ms = std::chrono::duration<float, std::milli>(b.at - a.at).count();
+  return true;
+}
+
+void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
+  enqueue(stream, Stage::kHostFunc, [fn, arg] { fn(arg); });
+}
+
+void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
+  (void)kind;
+  if (bytes == 0) return;
+  enqueue(stream, Stage::kCopy, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+void HostRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
+                       const comm::cuda::CopyTransform& transform, Stream stream) {
+  using Kind = comm::cuda::CopyTransform::Kind;
+  enqueue(stream, Stage::kPack, [copies, dtype, transform] {
+    const size_t es = elementSize(dtype);
+    for (const comm::cuda::CopyDesc& c : copies) {
+      if (c.count == 0) continue;
+      auto* dst = static_cast<char*>(c.dst);
+      if (c.src == nullptr) {
+        for (uint64_t i = 0; i < c.count; ++i) std::memcpy(dst + i * es, &transform.fillBits, es);
+        continue;
+      }
+      if (c.src != c.dst) std::memmove(dst, c.src, c.count * es);
+      if (transform.kind == Kind::kScale) scaleElements(dst, c.count, dtype, transform.scale);
+      if (transform.kind == Kind::kDivide) divideElements(dst, c.count, dtype, transform.divisor);
+    }
+  });
+}
+
+void HostRuntime::launch(Stream stream, Stage stage, std::function<void()> fn) {
+  enqueue(stream, stage, std::move(fn));
+}
+
+void HostRuntime::synchronize(Stream stream) {
+  HostStream& s = streamOf(stream);
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return (s.tasks.empty() && !s.busy) || s.stop; });
+  if (!faults_[s.device].ok()) throw Internal(faults_[s.device].message);
+}
+
+Status HostRuntime::streamError(Stream stream) noexcept {
+  HostStream& s = streamOf(stream);
+  std::lock_guard<std::mutex> lock(mu_);
+  return faults_[s.device];
+}
+
+void HostRuntime::beginCapture(Stream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streamOf(stream).capturing = true;
+}
+
+void HostRuntime::endCapture(Stream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streamOf(stream).capturing = false;
+}
+
+bool HostRuntime::idle(int device) const {
+  checkDevice(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : streams_) {
+    if (s->device == device && (!s->tasks.empty() || s->busy)) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<Clique> HostRuntime::clique(uint64_t id, int size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = cliques_[id];
+  std::shared_ptr<Clique> c = slot.lock();
+  if (!c) {
+    c = std::make_shared<Clique>(size);
+    slot = c;
+  }
+  KOLO_ENFORCE(c->size() == size, "host runtime: clique " + std::to_string(id) + " has " +
+                                      std::to_string(c->size()) + " members, not " +
+                                      std::to_string(size));
+  return c;
+}
+
+uint64_t HostRuntime::newCliqueId() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++nextClique_;
+}
+
+}  // namespace kolo::device::host

@@ -1,0 +1,135 @@
+// HostRuntime: device::Runtime over host memory and threads, with CUDA's
+// ordering semantics (device/runtime.h). It stands in for a GPU that is
+// absent: the GPU orchestration (gpu_path, GpuExecutor, the completion
+// watcher, staging, process sets) runs over it in every build and under
+// the sanitizers. It is not a way to run kolo without a GPU in production.
+//
+// One HostRuntime is one machine: `devices` devices whose memory is host
+// memory tagged with its device (allocDevice), each stream an in-order
+// worker thread. The ranks of an in-process test share one instance (as
+// the ranks of a process share the CUDA driver), through
+// Config::deviceRuntime.
+//
+// Beyond CUDA: faults can be injected at a stage of a device's work
+// (faultAt), streams can be put into capture mode (beginCapture), and the
+// device collectives of device/host/collectives.h meet in its cliques.
+//
+// Threading: every method from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/runtime.h"
+
+namespace kolo::device::host {
+
+class Clique;
+
+class HostRuntime final : public Runtime {
+ public:
+  // The kinds of device work a fault can be injected into.
+  enum class Stage : uint8_t { kPack, kCopy, kHostFunc, kCollective, kCount };
+
+  explicit HostRuntime(int devices = 2);
+  // Streams still alive are drained and stopped.
+  ~HostRuntime() override;
+
+  const char* name() const override { return "host"; }
+  void pinThread(int device) override;
+  int deviceOf(const void* ptr) override;
+  Stream createStream(int device) override;
+  void destroyStream(Stream stream) noexcept override;
+  Event createEvent(int device, bool timing) override;
+  void destroyEvent(Event event) noexcept override;
+  void record(Event event, Stream stream) override;
+  void wait(Stream stream, Event event) override;
+  bool reached(Event event) override;
+  bool captured(Event event) override;
+  bool elapsedMs(Event from, Event to, float* ms) noexcept override;
+  void hostFunc(Stream stream, void (*fn)(void*), void* arg) override;
+  void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) override;
+  void pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
+            const comm::cuda::CopyTransform& transform, Stream stream) override;
+  void synchronize(Stream stream) override;
+  Status streamError(Stream stream) noexcept override;
+  void* allocDevice(int device, size_t bytes) override;
+  void freeDevice(void* ptr) noexcept override;
+  void* allocPinned(size_t bytes) override;
+  void freePinned(void* ptr) noexcept override;
+
+  int devices() const { return devices_; }
+
+  // The nth (1 = the next) piece of stage's work enqueued on device from
+  // now on faults the device when it would run, with message (like a
+  // kernel's cudaErrorIllegalAddress): it and everything after it on the
+  // device never run, and the fault is sticky.
+  void faultAt(int device, Stage stage, int nth, const std::string& message);
+  // The sticky fault of device (ok while none).
+  Status deviceError(int device) const;
+
+  // Work of stage on stream (device collectives): fn runs in stream order
+  // on the stream's thread, unless the device faulted first.
+  void launch(Stream stream, Stage stage, std::function<void()> fn);
+
+  // Events recorded on stream between these count as captured (a CUDA
+  // graph capture of the user's stream).
+  void beginCapture(Stream stream);
+  void endCapture(Stream stream);
+
+  // The calling thread's pinned device, -1 when none; how many threads
+  // ever pinned device (tests: kolo threads touch only their rank's device).
+  int currentDevice() const;
+  int threadsPinnedTo(int device) const;
+  // Whether every stream of device has nothing queued or running: nothing
+  // of the device touches memory now (tests).
+  bool idle(int device) const;
+
+  // The clique of `size` members named id (device/host/collectives.h), made
+  // by the first member to ask; newCliqueId() names a new one (the
+  // ncclGetUniqueId of this runtime).
+  std::shared_ptr<Clique> clique(uint64_t id, int size);
+  uint64_t newCliqueId();
+
+ private:
+  struct HostStream;
+  struct HostEvent;
+  struct Task {
+    Stage stage = Stage::kCount;  // kCount: bookkeeping that cannot fault (record, wait)
+    std::function<void()> fn;
+    std::string fault;  // non-empty: this piece of work faults the device
+  };
+  HostStream& streamOf(Stream stream) const;
+  std::shared_ptr<HostEvent> eventOf(Event event) const;
+  void checkDevice(int device) const;
+  // Queues fn on stream; stage's injected fault, if this is the one.
+  void enqueue(Stream stream, Stage stage, std::function<void()> fn);
+  void runStream(HostStream* s);
+  void faultLocked(int device, const std::string& message);
+
+  const int devices_;
+  mutable std::mutex mu_;  // guards everything below and every stream's and event's state
+  std::condition_variable changed_;  // an event completed, a fault, a stream went idle
+  std::vector<Status> faults_;       // per device
+  struct Injection {
+    int countdown = 0;
+    std::string message;
+  };
+  std::map<std::pair<int, Stage>, Injection> injections_;
+  std::map<std::thread::id, int> pinned_;
+  std::vector<int> pinCount_;
+  std::map<uintptr_t, std::pair<size_t, int>> allocations_;  // start -> (bytes, device)
+  std::vector<std::unique_ptr<HostStream>> streams_;
+  std::map<uint64_t, std::weak_ptr<Clique>> cliques_;
+  uint64_t nextClique_ = 0;
+};
+
+}  // namespace kolo::device::host

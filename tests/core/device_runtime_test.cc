@@ -1,0 +1,165 @@
+// device::host::HostRuntime keeps CUDA's ordering semantics (device/runtime.h):
+// the GPU orchestration's tests (gpu_orchestration_test.cc) rely on them.
+// Every wait is bounded by an event; nothing relies on a tight sleep.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/host/collectives.h"
+#include "device/host/host_runtime.h"
+
+namespace kolo::device::host {
+namespace {
+
+using namespace std::chrono_literals;
+using Stage = HostRuntime::Stage;
+
+struct Log {
+  std::mutex mu;
+  std::vector<std::string> entries;
+  std::vector<std::thread::id> threads;
+  void add(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    entries.push_back(what);
+    threads.push_back(std::this_thread::get_id());
+  }
+};
+
+struct Mark {
+  Log* log;
+  std::string what;
+};
+
+void mark(void* arg) {
+  auto* m = static_cast<Mark*>(arg);
+  m->log->add(m->what);
+}
+
+TEST(HostRuntime, StreamRunsItsWorkInOrderOnItsOwnThread) {
+  HostRuntime rt(1);
+  Stream s = rt.createStream(0);
+  auto* a = static_cast<int*>(rt.allocDevice(0, 4 * sizeof(int)));
+  const int values[4] = {1, 2, 3, 4};
+  Log log;
+  Mark first{&log, "first"}, second{&log, "second"};
+  rt.hostFunc(s, &mark, &first);
+  rt.copy(a, values, sizeof(values), CopyKind::kHostToDevice, s);
+  rt.pack({comm::cuda::CopyDesc{a, a, 4}}, DataType::kInt32,
+          comm::cuda::makeTransform(DataType::kInt32, 3.0), s);
+  rt.hostFunc(s, &mark, &second);
+  rt.synchronize(s);
+  EXPECT_EQ(log.entries, (std::vector<std::string>{"first", "second"}));
+  EXPECT_NE(log.threads[0], std::this_thread::get_id());
+  EXPECT_EQ(a[0], 3);
+  EXPECT_EQ(a[3], 12);
+  EXPECT_EQ(rt.deviceOf(a + 2), 0);
+  EXPECT_EQ(rt.deviceOf(values), -1);
+  rt.freeDevice(a);
+  rt.destroyStream(s);
+}
+
+TEST(HostRuntime, CrossStreamWaitOrdersTheWaiterAfterTheRecordedWork) {
+  HostRuntime rt(2);
+  Stream producer = rt.createStream(0);
+  Stream consumer = rt.createStream(1);
+  Event e = rt.createEvent(0, false);
+  EXPECT_TRUE(rt.reached(e));  // never recorded
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Log log;
+  rt.launch(producer, Stage::kCopy, [&, released] {
+    released.wait();
+    log.add("producer");
+  });
+  rt.record(e, producer);
+  rt.wait(consumer, e);
+  Mark after{&log, "consumer"};
+  rt.hostFunc(consumer, &mark, &after);
+  // A later record does not move the wait (cudaStreamWaitEvent semantics).
+  EXPECT_FALSE(rt.reached(e));
+  release.set_value();
+  rt.synchronize(consumer);
+  EXPECT_TRUE(rt.reached(e));
+  EXPECT_EQ(log.entries, (std::vector<std::string>{"producer", "consumer"}));
+  rt.destroyEvent(e);
+}
+
+TEST(HostRuntime, AFaultIsStickyAndNothingBehindItRuns) {
+  HostRuntime rt(2);
+  Stream s = rt.createStream(0);
+  Stream other = rt.createStream(0);
+  Stream healthy = rt.createStream(1);
+  auto* a = static_cast<float*>(rt.allocDevice(0, 16));
+  rt.faultAt(0, Stage::kPack, 2, "illegal address in the unpack");
+  Log log;
+  Mark before{&log, "before"}, after{&log, "after"};
+  rt.pack({comm::cuda::CopyDesc{nullptr, a, 4}}, DataType::kFloat32, {}, s);  // 1st: runs
+  rt.hostFunc(s, &mark, &before);
+  rt.pack({comm::cuda::CopyDesc{a, a, 4}}, DataType::kFloat32, {}, s);  // 2nd: faults
+  rt.hostFunc(s, &mark, &after);
+  try {
+    rt.synchronize(s);
+    FAIL() << "a faulted stream synchronized without an error";
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("illegal address in the unpack"), std::string::npos);
+  }
+  EXPECT_EQ(log.entries, std::vector<std::string>{"before"});  // "after" never ran
+  EXPECT_FALSE(rt.streamError(other).ok());                    // every stream of the device
+  EXPECT_THROW(rt.synchronize(other), Internal);
+  EXPECT_TRUE(rt.streamError(healthy).ok());  // other devices are fine
+  rt.synchronize(healthy);
+}
+
+TEST(HostRuntime, EventsRecordedUnderCaptureAreCaptured) {
+  HostRuntime rt(1);
+  Stream user = rt.createStream(0);
+  Event e = rt.createEvent(0, false);
+  rt.record(e, user);
+  EXPECT_FALSE(rt.captured(e));
+  rt.beginCapture(user);
+  rt.record(e, user);
+  EXPECT_TRUE(rt.captured(e));
+  rt.endCapture(user);
+  rt.synchronize(user);
+  rt.destroyEvent(e);
+}
+
+TEST(HostRuntime, AThreadIsPinnedOnceAndNeverSwitches) {
+  HostRuntime rt(2);
+  EXPECT_EQ(rt.currentDevice(), -1);
+  rt.pinThread(1);
+  rt.pinThread(1);
+  EXPECT_EQ(rt.currentDevice(), 1);
+  EXPECT_THROW(rt.pinThread(0), Internal);
+  std::thread([&] { rt.pinThread(0); }).join();
+  EXPECT_EQ(rt.threadsPinnedTo(0), 1);
+  EXPECT_EQ(rt.threadsPinnedTo(1), 1);
+  try {
+    rt.createStream(5);
+    FAIL() << "a device that does not exist";
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("device 5 does not exist"), std::string::npos);
+  }
+}
+
+TEST(HostClique, AbortEndsAMemberWaitingForItsPeers) {
+  Clique clique(2);
+  std::vector<char> buf(4);
+  auto waiting = std::async(std::launch::async, [&] {
+    return clique.run(0, {buf.data(), buf.data()}, 4,
+                      [](const std::vector<Clique::Part>&, std::vector<char>&) {}, 60s);
+  });
+  clique.abort("rank 1 aborted: its device faulted");
+  ASSERT_EQ(waiting.wait_for(30s), std::future_status::ready);
+  const Status s = waiting.get();
+  EXPECT_EQ(s.code, ErrorCode::kPeerFailure);
+  EXPECT_NE(s.message.find("its device faulted"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kolo::device::host

@@ -1,0 +1,412 @@
+// The GPU path's orchestration (gpu_path, GpuExecutor, the completion
+// watcher, two-stage handles, fusion, process sets, the error paths) run by
+// real engines over the host device runtime (device/host), which stands in
+// for the GPU this machine lacks: ranks are threads, each stream an
+// in-order worker thread, faults are injected at each stage of a
+// response's device work. Each defect of the first-GPU-run review has a
+// test here (see docs/developers/device-runtime.md).
+//
+// Every wait is bounded by an event with a generous limit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/host/host_runtime.h"
+#include "harness/harness.h"
+#include "kolo/engine.h"
+
+namespace kolo {
+namespace {
+
+using namespace std::chrono_literals;
+using device::host::HostRuntime;
+using Stage = HostRuntime::Stage;
+
+constexpr auto kLimit = 30s;  // a handle that takes longer counts as hung
+
+Config gpuConfig(const std::shared_ptr<HostRuntime>& rt,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  Config c = test::testConfig();
+  c.deviceRuntime = rt;
+  c.gpuOperations = "nccl";  // the host runtime's device collectives
+  c.timeout = timeout;
+  return c;
+}
+
+// n floats of device memory of the host runtime, freed with the object.
+struct DeviceFloats {
+  DeviceFloats(HostRuntime& rt, int device, size_t n)
+      : rt(rt), n(n), data(static_cast<float*>(rt.allocDevice(device, n * sizeof(float)))) {}
+  ~DeviceFloats() { rt.freeDevice(data); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  HostRuntime& rt;
+  size_t n;
+  float* data;
+};
+
+Request cudaRequest(const std::string& name, OpType op, size_t n, int device, int set = 0) {
+  Request q;
+  q.name = name;
+  q.op = op;
+  q.dtype = DataType::kFloat32;
+  q.shape = {static_cast<int64_t>(n)};
+  q.device = DeviceKind::kCuda;
+  q.deviceIndex = device;
+  q.processSet = set;
+  return q;
+}
+
+Handle allreduce(Engine& engine, const std::string& name, DeviceFloats& t, int device,
+                 void* ready = nullptr, std::function<void(const Status&)> onDone = {}) {
+  Entry e;
+  e.input = t.data;
+  e.output = t.data;
+  e.readyEvent = ready;
+  e.onDone = std::move(onDone);
+  return engine.enqueue(cudaRequest(name, OpType::kAllreduce, t.n, device), std::move(e));
+}
+
+// Waits for h (bounded) and returns its status.
+Status settle(const Handle& h) {
+  if (!h.waitFor(kLimit)) return Status{ErrorCode::kTimeout, "test: handle still pending"};
+  return h.status();
+}
+
+bool mentions(const Status& s, const std::string& text) {
+  return s.message.find(text) != std::string::npos;
+}
+
+// --- The orchestration, healthy ---------------------------------------------
+
+void fusedAllreduceAndFriends(int size) {
+  auto rt = std::make_shared<HostRuntime>(2);  // two devices, shared by the ranks
+  test::spawn(size, [&](int rank, Engine& engine) {
+    const int device = rank % 2;
+    const std::vector<size_t> sizes = {1, 7, 1000, 33, 0};
+    std::vector<std::unique_ptr<DeviceFloats>> tensors;
+    std::vector<Request> requests;
+    std::vector<Entry> entries;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      tensors.push_back(std::make_unique<DeviceFloats>(*rt, device, sizes[t]));
+      for (size_t i = 0; i < sizes[t]; ++i) tensors[t]->data[i] = float(rank + 1) * float(i + t);
+      requests.push_back(
+          cudaRequest("grad." + std::to_string(t), OpType::kAllreduce, sizes[t], device));
+      requests.back().reduceOp = ReduceOp::kAverage;
+      Entry e;
+      e.input = e.output = tensors[t]->data;
+      entries.push_back(std::move(e));
+    }
+    std::vector<Handle> handles = engine.enqueueGroup(requests, std::move(entries));
+    for (const Handle& h : handles) {
+      (void)h.waitEnqueued();  // the first stage comes before (or with) the second
+      ASSERT_TRUE(settle(h).ok()) << h.status().message;
+    }
+    const float mean = float(size + 1) / 2.0f;  // average of rank + 1
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (size_t i = 0; i < sizes[t]; ++i) {
+        ASSERT_FLOAT_EQ(tensors[t]->data[i], mean * float(i + t)) << "tensor " << t << " [" << i << "]";
+      }
+    }
+    EXPECT_GE(engine.stats().fusedTensors, 2u);  // the group went as a fused response
+
+    // Broadcast and allgather (an output allocated on the comm stream).
+    DeviceFloats b(*rt, device, 5);
+    for (size_t i = 0; i < 5; ++i) b.data[i] = float(rank * 10 + i);
+    Entry be;
+    be.input = be.output = b.data;
+    Request bq = cudaRequest("bcast", OpType::kBroadcast, 5, device);
+    bq.root = size - 1;
+    ASSERT_TRUE(settle(engine.enqueue(bq, std::move(be))).ok());
+    for (size_t i = 0; i < 5; ++i) ASSERT_EQ(b.data[i], float((size - 1) * 10 + i));
+
+    DeviceFloats g(*rt, device, 2);
+    g.data[0] = float(rank);
+    g.data[1] = float(rank) + 0.5f;
+    std::unique_ptr<DeviceFloats> gathered;
+    Entry ge;
+    ge.input = g.data;
+    ge.allocate = [&](const std::vector<int64_t>& shape) -> void* {
+      gathered = std::make_unique<DeviceFloats>(*rt, device, size_t(shape[0]));
+      return gathered->data;
+    };
+    ASSERT_TRUE(settle(engine.enqueue(cudaRequest("gather", OpType::kAllgather, 2, device),
+                                      std::move(ge)))
+                    .ok());
+    ASSERT_EQ(gathered->n, size_t(2 * size));
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(gathered->data[2 * r], float(r));
+      EXPECT_EQ(gathered->data[2 * r + 1], float(r) + 0.5f);
+    }
+  }, gpuConfig(rt));
+}
+
+TEST(GpuOrchestration, FusedAllreduceBroadcastAllgatherOnTwoRanks) { fusedAllreduceAndFriends(2); }
+TEST(GpuOrchestration, FusedAllreduceBroadcastAllgatherOnThreeRanks) { fusedAllreduceAndFriends(3); }
+
+// Defect 3: every process set's collectives go on the engine's one comm
+// stream per device, in the one global response order.
+TEST(GpuOrchestration, ProcessSetsShareOneCommStreamPerDevice) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  test::spawnWithSets(3, {{0, 1}}, [&](int rank, Engine& engine) {
+    const int device = rank % 2;
+    std::vector<void*> streams;
+    std::vector<std::unique_ptr<DeviceFloats>> outputs;
+    auto gather = [&](int set, int size) {
+      DeviceFloats in(*rt, device, 1);
+      in.data[0] = float(rank);
+      Entry e;
+      e.input = in.data;
+      e.allocate = [&](const std::vector<int64_t>& shape) -> void* {
+        streams.push_back(outputAllocationStream());
+        outputs.push_back(std::make_unique<DeviceFloats>(*rt, device, size_t(shape[0])));
+        return outputs.back()->data;
+      };
+      ASSERT_TRUE(settle(engine.enqueue(cudaRequest("g" + std::to_string(set), OpType::kAllgather,
+                                                    1, device, set),
+                                        std::move(e)))
+                      .ok());
+      ASSERT_EQ(outputs.back()->n, size_t(size));
+    };
+    gather(0, 3);
+    if (rank < 2) gather(1, 2);
+    // Interleaved allreduces of both sets complete, in order, on one stream.
+    std::vector<std::unique_ptr<DeviceFloats>> ts;
+    std::vector<Handle> hs;
+    std::vector<int> sets;
+    for (int i = 0; i < 4; ++i) {
+      const int set = i % 2;  // set 1 = ranks {0, 1}
+      if (set == 1 && rank == 2) continue;
+      ts.push_back(std::make_unique<DeviceFloats>(*rt, device, 3));
+      for (int k = 0; k < 3; ++k) ts.back()->data[k] = 1.0f;
+      Entry e;
+      e.input = e.output = ts.back()->data;
+      hs.push_back(engine.enqueue(cudaRequest("r" + std::to_string(i), OpType::kAllreduce, 3,
+                                              device, set),
+                                  std::move(e)));
+      sets.push_back(set);
+    }
+    for (size_t i = 0; i < hs.size(); ++i) {
+      ASSERT_TRUE(settle(hs[i]).ok()) << hs[i].status().message;
+      EXPECT_EQ(ts[i]->data[0], sets[i] == 0 ? 3.0f : 2.0f);
+    }
+    ASSERT_FALSE(streams.empty());
+    for (void* s : streams) EXPECT_EQ(s, streams[0]) << "a process set got its own comm stream";
+  }, gpuConfig(rt));
+}
+
+// --- Defects of the first GPU run ------------------------------------------
+
+// Defect 1: a rank's device is pinned at its first CUDA operation; a tensor
+// on another device fails on every rank, naming both devices and the fix.
+TEST(GpuOrchestration, ASecondDeviceIsRefusedOnEveryRank) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats first(*rt, rank, 4);
+    ASSERT_TRUE(settle(allreduce(engine, "first", first, rank)).ok());
+    // Rank 1 now hands in a tensor on the other GPU.
+    const int device = rank == 1 ? 0 : rank;
+    DeviceFloats second(*rt, device, 4);
+    const Status s = settle(allreduce(engine, "second", second, device));
+    ASSERT_FALSE(s.ok()) << "rank " << rank << ": a tensor on a second GPU was reduced";
+    EXPECT_TRUE(mentions(s, "cuda:0") && mentions(s, "cuda:1")) << s.message;
+    EXPECT_TRUE(mentions(s, "torch.cuda.set_device(hvd.local_rank())")) << s.message;
+  }, gpuConfig(rt));
+}
+
+// Defect 2: kolo's threads set the rank's device once and never touch
+// another one (no "restore" to device 0); a device that cannot be set is
+// an error, not ignored.
+TEST(GpuOrchestration, KoloThreadsOnlyEverUseTheRanksDevice) {
+  auto rt = std::make_shared<HostRuntime>(3);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    const int device = rank + 1;  // nobody uses device 0
+    DeviceFloats t(*rt, device, 8);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(settle(allreduce(engine, "t" + std::to_string(i), t, device)).ok());
+    }
+  }, gpuConfig(rt));
+  EXPECT_EQ(rt->threadsPinnedTo(0), 0) << "a kolo thread made device 0 current";
+  EXPECT_GE(rt->threadsPinnedTo(1), 1);
+  EXPECT_GE(rt->threadsPinnedTo(2), 1);
+
+  auto small = std::make_shared<HostRuntime>(1);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    (void)rank;
+    DeviceFloats t(*small, 0, 2);
+    Entry e;
+    e.input = e.output = t.data;
+    // The request claims a device this machine does not have.
+    const Status s = settle(engine.enqueue(cudaRequest("ghost", OpType::kAllreduce, 2, 3),
+                                           std::move(e)));
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(mentions(s, "device 3 does not exist")) << s.message;
+  }, gpuConfig(small));
+}
+
+// Defect 4: nothing is released (Entry::onDone, which drops the tensors)
+// while the device may still touch it: after a failure the comm stream is
+// drained first, even when its work waits on the caller's stream.
+TEST(GpuOrchestration, AFailureReleasesTensorsOnlyOnceTheDeviceStopped) {
+  auto rt = std::make_shared<HostRuntime>(3);
+  rt->faultAt(1, Stage::kCollective, 1, "injected fault in rank 1's collective");
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 64);
+    if (rank == 1) {
+      DeviceFloats u(*rt, rank, 64);
+      std::vector<Handle> hs{allreduce(engine, "a", t, rank), allreduce(engine, "b", u, rank)};
+      for (auto& h : hs) EXPECT_FALSE(settle(h).ok());
+      return;
+    }
+    // Rank 0's input is produced on a stream of the caller's (device 2)
+    // that is held until well after rank 1 failed.
+    device::Stream user = rt->createStream(2);
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    rt->launch(user, Stage::kCopy, [released] { released.wait(); });
+    device::Event ready = rt->createEvent(2, false);
+    rt->record(ready, user);
+    std::atomic<int> idleAtRelease{-1};
+    DeviceFloats u(*rt, rank, 64);
+    Handle a = allreduce(engine, "a", t, rank, ready, [&](const Status&) {
+      idleAtRelease = rt->idle(0) ? 1 : 0;
+    });
+    Handle b = allreduce(engine, "b", u, rank);
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(300ms);  // rank 1 has failed by now, or soon after
+      release.set_value();
+    });
+    const Status sa = settle(a);
+    const Status sb = settle(b);
+    releaser.join();
+    EXPECT_FALSE(sa.ok());
+    EXPECT_FALSE(sb.ok());
+    EXPECT_EQ(idleAtRelease.load(), 1)
+        << "a tensor was released while its comm stream still had work queued on it";
+    rt->synchronize(user);
+    rt->destroyEvent(ready);
+    rt->destroyStream(user);
+  }, gpuConfig(rt));
+}
+
+// Defect 6 (and a fault at each stage): a sticky device fault is named, on
+// every rank, within a second or so, not as a Timeout after KOLO_TIMEOUT.
+class FaultAtStage : public ::testing::TestWithParam<std::pair<Stage, int>> {};
+
+TEST_P(FaultAtStage, IsNamedOnEveryRankLongBeforeTheTimeout) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  const auto [stage, nth] = GetParam();
+  rt->faultAt(1, stage, nth, "injected device fault");
+  test::spawn(2, [&](int rank, Engine& engine) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<DeviceFloats>> ts;
+    std::vector<Request> qs;
+    std::vector<Entry> es;
+    for (int i = 0; i < 3; ++i) {  // fused: pack, collective, unpack, signal
+      ts.push_back(std::make_unique<DeviceFloats>(*rt, rank, 16));
+      qs.push_back(cudaRequest("f" + std::to_string(i), OpType::kAllreduce, 16, rank));
+      Entry e;
+      e.input = e.output = ts.back()->data;
+      es.push_back(std::move(e));
+    }
+    std::vector<Handle> hs = engine.enqueueGroup(qs, std::move(es));
+    Status first;
+    for (auto& h : hs) {
+      const Status s = settle(h);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    // Rank 0 may finish this response (a fault in rank 1's unpack or
+    // signal comes after the collective); its next operation then fails.
+    // Both ranks try one: the engine has failed, naming the fault.
+    if (first.ok()) EXPECT_EQ(rank, 0);
+    DeviceFloats next(*rt, rank, 4);
+    Status then;
+    try {
+      then = settle(allreduce(engine, "next", next, rank));
+    } catch (const std::exception& e) {
+      then = statusFromException(e);  // refused at enqueue: the engine failed
+    }
+    EXPECT_FALSE(then.ok()) << "rank " << rank << ": the engine outlived a device fault";
+    EXPECT_TRUE(mentions(then, "injected device fault")) << "rank " << rank << ": "
+                                                         << then.message;
+    if (first.ok()) first = then;
+    const auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_FALSE(first.ok()) << "rank " << rank << " did not see the fault";
+    EXPECT_NE(first.code, ErrorCode::kTimeout) << first.message;
+    EXPECT_TRUE(mentions(first, "injected device fault")) << "rank " << rank << ": "
+                                                          << first.message;
+    // About 0.1 s here; generous for a loaded machine and the sanitizers,
+    // and far below KOLO_TIMEOUT (20 s), which is what it took before.
+    EXPECT_LT(took, 5s) << "rank " << rank << " learned of the fault only after "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                        << " ms";
+  }, gpuConfig(rt, std::chrono::seconds(20)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, FaultAtStage,
+                         ::testing::Values(std::make_pair(Stage::kPack, 1),
+                                           std::make_pair(Stage::kCollective, 1),
+                                           std::make_pair(Stage::kPack, 2),  // the unpack
+                                           std::make_pair(Stage::kHostFunc, 1)),
+                         [](const auto& info) {
+                           switch (info.index) {
+                             case 0: return std::string("Pack");
+                             case 1: return std::string("Collective");
+                             case 2: return std::string("Unpack");
+                             default: return std::string("HostFunction");
+                           }
+                         });
+
+// Defect 7: an input whose ready event was recorded under graph capture is
+// refused with a clear error instead of pulling the comm stream into it.
+TEST(GpuOrchestration, AReadyEventUnderGraphCaptureIsRefused) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    device::Stream user = rt->createStream(rank);
+    device::Event ready = rt->createEvent(rank, false);
+    rt->beginCapture(user);
+    rt->record(ready, user);
+    DeviceFloats t(*rt, rank, 4);
+    const Status s = settle(allreduce(engine, "captured", t, rank, ready));
+    rt->endCapture(user);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(mentions(s, "captured into a CUDA graph")) << s.message;
+    rt->synchronize(user);
+    rt->destroyEvent(ready);
+    rt->destroyStream(user);
+  }, gpuConfig(rt));
+}
+
+// Defect 8: shutting down with GPU work in flight ends cleanly: every
+// handle settles, nothing is left running on the devices, and no host
+// function signals a freed watcher (ASan, TSan).
+TEST(GpuOrchestration, ShutdownWithWorkInFlight) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  std::vector<std::unique_ptr<DeviceFloats>> keep[2];
+  std::vector<Handle> handles[2];
+  test::spawn(2, [&](int rank, Engine& engine) {
+    for (int i = 0; i < 6; ++i) {
+      keep[rank].push_back(std::make_unique<DeviceFloats>(*rt, rank, 4096));
+      handles[rank].push_back(allreduce(engine, "w" + std::to_string(i), *keep[rank].back(), rank));
+    }
+    engine.shutdown();
+  }, gpuConfig(rt));
+  for (int r = 0; r < 2; ++r) {
+    for (const Handle& h : handles[r]) {
+      const Status s = settle(h);
+      EXPECT_TRUE(s.ok() || s.code == ErrorCode::kShutdown || s.code == ErrorCode::kPeerFailure)
+          << s.message;
+    }
+    EXPECT_TRUE(rt->idle(r));
+  }
+}
+
+}  // namespace
+}  // namespace kolo
