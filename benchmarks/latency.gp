@@ -1,5 +1,5 @@
 # Latency plot: gnuplot -e "csv='results/latency.csv'; png='results/latency.png'" latency.gp
-# CSV (bench_latency): variant,median_us,p90_us,mean_us,min_us,samples
+# CSV (bench_latency): variant ("method size"),median_us,p90_us,mean_us,min_us,samples,method,bytes
 set terminal pngcairo size 800,500 font ",10" noenhanced
 set output png
 set datafile separator ","
@@ -8,7 +8,8 @@ set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set grid ytics
-set title "4-byte allreduce, 2 ranks: time per call"
+set title "allreduce, 2 ranks: time per call (method, size)"
+set xtics rotate by -45
 set ylabel "microseconds (log)"
 set logscale y 10
 set key top left

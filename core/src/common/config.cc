@@ -300,6 +300,10 @@ Config Config::fromEnv(const EnvLookup& env) {
                             "milliseconds between 0 and 10000, e.g. 1 or 0.5");
     c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000.0)));
   }
+  if (auto v = env("KOLO_SPIN_TIME")) {
+    c.spinTime = std::chrono::microseconds(parseInt("KOLO_SPIN_TIME", *v, 0, 1000000,
+                                                    "microseconds, an integer >= 0; 0 disables"));
+  }
   if (auto v = reader.get("KOLO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY")) {
     c.cacheCapacity = static_cast<int>(
         parseInt(v->name, v->value, 0, 1 << 20, "an integer >= 0; 0 disables the cache"));

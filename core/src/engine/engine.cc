@@ -1,4 +1,6 @@
 // Engine: construction, rendezvous and the caller-side API (any thread).
+#include <sched.h>
+
 #include <algorithm>
 
 #include "engine/engine_impl.h"
@@ -11,6 +13,17 @@ std::string localAddressFor(const Identity& id, const Store& store) {
   if (id.localSize == id.size) return "127.0.0.1";
   std::string addr = localAddressOf(store);
   return addr.empty() ? "127.0.0.1" : addr;
+}
+
+// KOLO_SPIN_TIME when unset: spin only where every local rank's two busy
+// threads (caller and background loop) can each have a core.
+std::chrono::microseconds defaultSpinTime(int localSize) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) cores = CPU_COUNT(&cpus);
+  return cores >= 2 * std::max(localSize, 1) ? std::chrono::microseconds(50)
+                                             : std::chrono::microseconds(0);
 }
 
 std::shared_ptr<Store> generationStore(const Identity& id, const std::shared_ptr<Store>& s) {
@@ -89,6 +102,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
                      std::to_string(identity.size));
   KOLO_CHECK_ARG(rootStore != nullptr, "kolo::Engine needs a rendezvous store");
   gpuEvents->queue = &queue;
+  spinTime = config.spinTime.value_or(defaultSpinTime(identity.localSize));
   for (auto& ranks : staticSets) {
     ranks = checkedProcessSetRanks(std::move(ranks), identity.size, "init(process_sets=...)");
   }
@@ -169,9 +183,17 @@ Handle Engine::Impl::push(std::vector<PendingOp> ops) {
 
 namespace {
 
+// The completion state of a new op; its waiters spin for up to spin.
+std::shared_ptr<HandleState> newHandle(std::chrono::microseconds spin) {
+  auto state = std::make_shared<HandleState>();
+  state->spin = spin;
+  return state;
+}
+
 // The op of request in set, with a broadcast root translated to its rank
 // within the set.
-PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set) {
+PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set,
+                    std::chrono::microseconds spin) {
   if (request.op == OpType::kBroadcast) {
     request.root = static_cast<int>(
         std::lower_bound(set.ranks.begin(), set.ranks.end(), request.root) - set.ranks.begin());
@@ -179,7 +201,7 @@ PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set) {
   PendingOp op;
   op.msg.request = std::move(request);
   op.entry = std::move(entry);
-  op.handle = std::make_shared<HandleState>();
+  op.handle = newHandle(spin);
   return op;
 }
 
@@ -198,7 +220,7 @@ Handle Engine::enqueue(Request request, Entry entry) {
                           "; no new operations there until every rank has joined");
   }
   std::vector<PendingOp> ops;
-  ops.push_back(pendingOp(std::move(request), std::move(entry), set));
+  ops.push_back(pendingOp(std::move(request), std::move(entry), set, impl_->spinTime));
   return impl_->push(std::move(ops));
 }
 
@@ -231,7 +253,7 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<Request> requests,
                        "' a " + toString(kind) + " of process set " + std::to_string(setId) +
                        "; a group holds one kind of operation in one process set");
     checkRequest(requests[i], entries[i], set, impl_->config);
-    PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set);
+    PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set, impl_->spinTime);
     op.msg.group = group;
     op.msg.groupSize = static_cast<int>(entries.size());
     handles.emplace_back(op.handle);
@@ -247,7 +269,7 @@ Handle Engine::join(int processSet) {
   op.msg.request.name = kJoinName;
   op.msg.request.op = OpType::kJoin;
   op.msg.request.processSet = processSet;
-  op.handle = std::make_shared<HandleState>();
+  op.handle = newHandle(impl_->spinTime);
   impl_->table.setJoined(processSet, true);
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
@@ -265,7 +287,7 @@ Handle Engine::barrier(int processSet) {
   op.msg.request.name = kBarrierName;
   op.msg.request.op = OpType::kBarrier;
   op.msg.request.processSet = processSet;
-  op.handle = std::make_shared<HandleState>();
+  op.handle = newHandle(impl_->spinTime);
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
   return impl_->push(std::move(ops));
@@ -283,7 +305,7 @@ std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange ch
   op.msg.request.name = "kolo.process_set." + std::to_string(changeCount++);
   op.msg.request.op = OpType::kProcessSet;
   op.msg.setChange = std::move(change);
-  op.handle = std::make_shared<HandleState>();
+  op.handle = newHandle(spinTime);
   auto state = op.handle;
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));

@@ -133,6 +133,11 @@ struct Engine::Impl {
   std::vector<int> cycleIds;      // loop thread: the sets after set 0, this iteration
   EngineStats retiredStats;       // loop thread: counters of removed sets
   std::vector<PendingOp> drained;  // loop thread; empty between cycles
+  // Config::spinTime, or its default for this host (constructor).
+  std::chrono::microseconds spinTime{0};
+  // Loop thread: when a cycle last executed a response (the loop spins for
+  // up to spinTime after it instead of sleeping).
+  std::chrono::steady_clock::time_point lastWorkOnLoop{};
   std::unique_ptr<autotune::Autotuner> tuner;    // rank 0 with KOLO_AUTOTUNE
   std::optional<autotune::Decision> proposal;    // rank 0: not yet applied
   std::unique_ptr<timeline::Timeline> timeline;  // loop thread; null: off

@@ -55,7 +55,12 @@ void Engine::Impl::cyclesOnLoop() {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
     // ~3% of a core on empty cycles; new work still wakes it at once, and a
     // peer with work waits for it in the control allreduce without spinning.
-    queue.waitForWork(cycleStart + tunables.cycleTime * (1 << std::min(idleCycles, 4)));
+    // Within KOLO_SPIN_TIME of the last response it executed, the loop polls
+    // the queue instead of sleeping: the next operation of a step (or the
+    // caller's next small one) then costs no wake-up. It never spins longer
+    // after work, so an idle job sleeps.
+    queue.waitForWork(cycleStart + tunables.cycleTime * (1 << std::min(idleCycles, 4)),
+                      lastWorkOnLoop + spinTime);
     cycleStart = std::chrono::steady_clock::now();
     if (timelineChange.load(std::memory_order_acquire)) applyTimelineOnLoop();
     queue.drainInto(drained);
@@ -172,6 +177,9 @@ bool Engine::Impl::cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::
   }
   for (const auto& r : out.cached) executeOnLoop(set, r, true);
   for (const auto& r : out.uncached) executeOnLoop(set, r, false);
+  if (!out.cached.empty() || !out.uncached.empty()) {
+    lastWorkOnLoop = std::chrono::steady_clock::now();
+  }
   // Pending tensors whose cache entries were just replaced negotiate again.
   revertEvictedOnLoop(set, set.evictedThisCycle);
   set.evictedThisCycle.clear();

@@ -1,5 +1,9 @@
 #include "engine/tensor_queue.h"
 
+#include <algorithm>
+
+#include "engine/spin.h"
+
 namespace kolo {
 namespace {
 
@@ -12,6 +16,7 @@ std::string inFlightKey(int processSet, const std::string& name) {
 }  // namespace
 
 void TensorQueue::push(std::vector<PendingOp> ops) {
+  bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) closedStatus_.throwIfError();
@@ -31,27 +36,41 @@ void TensorQueue::push(std::vector<PendingOp> ops) {
       }
     }
     for (auto& op : ops) queue_.push_back(std::move(op));
+    ready_.store(true, std::memory_order_release);
+    notify = sleeping_;
   }
-  cv_.notify_one();
+  if (notify) cv_.notify_one();
 }
 
 void TensorQueue::drainInto(std::vector<PendingOp>& out) {
   std::lock_guard<std::mutex> lock(mu_);
   out.swap(queue_);
+  ready_.store(woken_, std::memory_order_relaxed);
 }
 
-void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline) {
+void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline,
+                              std::chrono::steady_clock::time_point spinUntil) {
+  if (spinUntil > std::chrono::steady_clock::now()) {
+    detail::spinUntil(std::min(spinUntil, deadline),
+                      [&] { return ready_.load(std::memory_order_acquire); });
+  }
   std::unique_lock<std::mutex> lock(mu_);
+  sleeping_ = true;
   cv_.wait_until(lock, deadline, [&] { return !queue_.empty() || woken_; });
+  sleeping_ = false;
   woken_ = false;
+  ready_.store(!queue_.empty(), std::memory_order_relaxed);
 }
 
 void TensorQueue::wake() {
+  bool notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     woken_ = true;
+    ready_.store(true, std::memory_order_release);
+    notify = sleeping_;
   }
-  cv_.notify_one();
+  if (notify) cv_.notify_one();
 }
 
 void TensorQueue::release(int processSet, const std::vector<const std::string*>& names) {

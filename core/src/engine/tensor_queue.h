@@ -3,8 +3,12 @@
 // Names (per process set) are reserved from push until release: a second
 // operation under a name still in flight in its set is refused at push. The loop sleeps in waitForWork
 // until new work arrives, stop is requested, or the cycle deadline passes.
+// Right after work it may poll instead (spinUntil), so a push that follows
+// within microseconds costs neither side a system call: push notifies the
+// condition variable only while the loop is blocked on it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -29,8 +33,10 @@ class TensorQueue {
   void drainInto(std::vector<PendingOp>& out);
 
   // Loop thread. Returns when work is queued, wake() was called or deadline
-  // passed.
-  void waitForWork(std::chrono::steady_clock::time_point deadline);
+  // passed. Until spinUntil (when earlier than deadline) it polls without
+  // blocking (engine/spin.h); after that it sleeps.
+  void waitForWork(std::chrono::steady_clock::time_point deadline,
+                   std::chrono::steady_clock::time_point spinUntil = {});
 
   // Any thread: makes waitForWork return now.
   void wake();
@@ -50,7 +56,11 @@ class TensorQueue {
   std::vector<PendingOp> queue_;
   std::unordered_set<std::string> inFlight_;
   bool woken_ = false;
+  bool sleeping_ = false;  // the loop is blocked on cv_ (push and wake notify)
   bool closed_ = false;
+  // !queue_.empty() || woken_, readable without mu_ (the loop's spin).
+  // Written under mu_.
+  std::atomic<bool> ready_{false};
   Status closedStatus_;
 };
 

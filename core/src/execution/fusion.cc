@@ -1,5 +1,7 @@
 #include "execution/fusion.h"
 
+#include "execution/layout.h"
+
 #include <map>
 #include <tuple>
 
@@ -54,8 +56,15 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<const Response*>& 
       plan.push_back({i});
       continue;
     }
-    const int64_t bytes = r.totalElements() * static_cast<int64_t>(elementSize(r.dtype));
-    if (bytes >= kUnfusedTensorBytes) {  // alone and in place; the open buffer stays open
+    const bool gpu = r.device == DeviceKind::kCuda;
+    // What the response takes in the fused buffer (its layout's padding
+    // included, as fusionLayout lays it out).
+    int64_t bytes = 0;
+    for (const auto& shape : r.shapes) {
+      bytes += static_cast<int64_t>(fusedBytes(static_cast<uint64_t>(numElements(shape)),
+                                               elementSize(r.dtype), fusionAlignment(r.device)));
+    }
+    if (!gpu && bytes >= kUnfusedTensorBytes) {  // alone and in place; the open buffer stays open
       plan.push_back({i});
       continue;
     }

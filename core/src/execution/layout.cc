@@ -1,5 +1,9 @@
 #include "execution/layout.h"
 
+#include <string>
+
+#include "kolo/error.h"
+
 namespace kolo {
 
 int64_t rowElements(const std::vector<int64_t>& shape) {
@@ -42,6 +46,36 @@ AlltoallLayout alltoallLayout(const Response& r, int me, int size) {
     a.rows += a.receivedRows[j];
   }
   return a;
+}
+
+size_t fusionAlignment(DeviceKind device) {
+  return device == DeviceKind::kCuda ? kGpuFusionAlignBytes : 1;
+}
+
+uint64_t fusedBytes(uint64_t count, size_t elementSize, size_t alignBytes) {
+  const uint64_t bytes = count * elementSize;
+  return (bytes + alignBytes - 1) / alignBytes * alignBytes;
+}
+
+FusionLayout fusionLayout(const std::vector<uint64_t>& counts, size_t elementSize,
+                          size_t alignBytes) {
+  KOLO_CHECK_ARG(elementSize > 0 && alignBytes > 0 &&
+                     (alignBytes % elementSize == 0 || elementSize % alignBytes == 0),
+                 "fusion layout: alignment " + std::to_string(alignBytes) +
+                     " is neither a multiple nor a divisor of the element size " +
+                     std::to_string(elementSize));
+  // The alignment in elements; 1 (dense) when every element offset is aligned.
+  const uint64_t step = alignBytes > elementSize ? alignBytes / elementSize : 1;
+  FusionLayout layout;
+  layout.offsets.resize(counts.size());
+  uint64_t end = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const uint64_t start = (end + step - 1) / step * step;
+    layout.offsets[i] = start;
+    end = start + counts[i];
+  }
+  layout.total = end;
+  return layout;
 }
 
 }  // namespace kolo

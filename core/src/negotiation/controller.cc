@@ -102,9 +102,17 @@ CycleOutput Controller::runCycle(const CycleInput& input) {
     }
   }
 
+  // The bits every rank has ready, in increasing order. Word by word: a
+  // steady-state cycle has a few bits set among the cache's thousands, and
+  // testing each bit cost about 3 us per cycle (a third of a small
+  // allreduce's whole time on one host).
   std::vector<const Response*> cached;
-  for (int b = 0; b < cache_.capacity(); ++b) {
-    if (testBit(bits_, off, b) && cache_.occupied(b)) cached.push_back(&cache_.at(b));
+  const size_t words = cacheWords(cache_.capacity());
+  for (size_t w = 0; w < words; ++w) {
+    for (uint64_t word = bits_[off + w]; word != 0; word &= word - 1) {
+      const int b = static_cast<int>(w * 64) + __builtin_ctzll(word);
+      if (cache_.occupied(b)) cached.push_back(&cache_.at(b));
+    }
   }
   stats_.cachedResponses += cached.size();
   out.cached = fuseResponses(cached, tunables_.fusionThresholdBytes);

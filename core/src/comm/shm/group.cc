@@ -31,8 +31,13 @@ constexpr size_t kLineBytes = 128;  // a rank's line: two cache lines (adjacent-
 constexpr size_t kPageBytes = 4096;
 // Spin, then yield, before sleeping on the futex: a peer that is a few
 // microseconds behind costs no system call, and one that is descheduled
-// gets the core back quickly.
-constexpr auto kSpinTime = std::chrono::microseconds(20);
+// gets the core back quickly. The pure spin is short: where ranks' threads
+// outnumber the cores, the peer waited for may be queued behind the spinner
+// on its core, and every microsecond of spin is a microsecond of its delay
+// (a 20 us spin made a 4-byte allreduce of two ranks on two cores 60 us
+// instead of 17-24 us). sched_yield returns at once when nothing else wants
+// the core, so yielding costs a fast peer well under a microsecond.
+constexpr auto kSpinTime = std::chrono::microseconds(2);
 constexpr auto kYieldTime = std::chrono::microseconds(200);
 
 enum State : uint32_t { kAttaching = 0, kAttached = 1, kLeft = 2, kFailed = 3 };
