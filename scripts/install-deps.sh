@@ -15,6 +15,7 @@ packages=(
   dataset-fashion-mnist iproute2 procps
   clang libclang-rt-14-dev
   clang-16 libc++-16-dev libc++abi-16-dev iwyu
+  openjdk-17-jre-headless
 )
 
 missing=()
