@@ -218,3 +218,19 @@ def test_bad_arguments_are_value_errors_before_anything_starts(kwargs, words):
 def test_func_must_be_callable():
     with pytest.raises(ValueError, match="callable"):
         kolo.run("train.py", num_proc=2)
+
+
+def mpi_identity(a):
+    import torch
+    import kolo.torch as hvd
+    hvd.init()
+    return hvd.rank(), hvd.mpi_enabled(), hvd.allreduce(torch.ones(1) * a, op=hvd.Sum).item()
+
+
+def test_use_mpi_runs_under_mpirun_and_disable_cache_is_a_notice(capfd):
+    from kolo import _kolo
+    if not _kolo.build_info()["mpi"]:
+        pytest.skip("this kolo is built without MPI")
+    results = kolo.run(mpi_identity, args=(3,), num_proc=2, use_mpi=True, disable_cache=True)
+    assert results == [(0, True, 6.0), (1, True, 6.0)]
+    assert "disable_cache: kolo caches no host checks" in capfd.readouterr().err

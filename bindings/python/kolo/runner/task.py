@@ -34,6 +34,11 @@ def main():
         # them (abort) and the driver (the store) already.
         os._exit(1)
     store.close()
+    # Leave the job in order (as a script's hvd.shutdown() or Horovod's
+    # atexit would): under --mpi, MPI_Finalize runs only then.
+    kolo = sys.modules.get("kolo._kolo")
+    if kolo is not None and kolo.is_initialized():
+        kolo.shutdown()
 
 
 if __name__ == "__main__":
