@@ -37,23 +37,6 @@ def test_results_in_rank_order_with_args_and_kwargs(np_):
     assert all(r["pid"] != os.getpid() for r in results)
 
 
-def test_deprecated_np_and_a_closure():
-    # Horovod's MNIST example passes np=; it is num_proc with a warning.
-    base = 40
-
-    def closure():
-        import kolo.torch as hvd
-        hvd.init()
-        return base + hvd.rank()
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results = kolo.run(closure, np=2)
-    assert results == [40, 41]
-    assert any(issubclass(w.category, DeprecationWarning) and "np" in str(w.message)
-               for w in caught)
-
-
 def fail_on_rank_1(pid_dir):
     """Rank 1 raises; ranks 0 and 2 wait in a collective for it."""
     import torch
@@ -132,31 +115,37 @@ def test_an_exception_that_does_not_pickle_becomes_rank_error():
 SECRET = "0123abcd" * 8
 
 
-def look_for_secret(secret):
-    """What this rank can find of the job's secret: command lines of every
-    process, its own environment."""
-    import kolo.torch as hvd
-    hvd.init()
-    on_command_lines = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if secret.encode() in f.read():
-                    on_command_lines.append(int(pid))
-        except OSError:
-            pass
-    parent = os.getppid()
-    environ_mode = os.stat("/proc/%d/environ" % parent).st_mode & 0o777
-    return {"cmdlines": on_command_lines, "in_env": secret in str(dict(os.environ)),
-            "kolorun_environ_mode": environ_mode}
-
-
 def test_the_secret_is_on_no_command_line(monkeypatch):
     # A known secret (the real code path, with this value) to look for.
     monkeypatch.setattr(runner._job.secrets, "token_hex", lambda n: SECRET)
-    results = kolo.run(look_for_secret, args=(SECRET,), num_proc=2)
+    secret = SECRET
+
+    def look_for_secret():
+        """What this rank can find of the job's secret: command lines of
+        every process, its own environment (a closure: pickled by value)."""
+        import kolo.torch as hvd
+        hvd.init()
+        on_command_lines = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if secret.encode() in f.read():
+                        on_command_lines.append(int(pid))
+            except OSError:
+                pass
+        environ_mode = os.stat("/proc/%d/environ" % os.getppid()).st_mode & 0o777
+        return {"cmdlines": on_command_lines, "in_env": secret in str(dict(os.environ)),
+                "kolorun_environ_mode": environ_mode}
+
+    # Horovod's examples pass the deprecated np=: num_proc with a warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = kolo.run(look_for_secret, np=2)
+    assert any(issubclass(w.category, DeprecationWarning) and "np" in str(w.message)
+               for w in caught)
+    assert len(results) == 2
     for r in results:
         assert r["cmdlines"] == [], r
         assert not r["in_env"], "the function's environment still holds the store secret"
