@@ -25,6 +25,13 @@ def spark(request):
     # Spark's Python workers and TorchDistributor's torchrun inherit this
     # environment (PYTHONPATH with the kolo package).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # TorchDistributor pickles the training function by reference: its
+    # torchrun processes import it from this folder, as a user's would
+    # import it from their project.
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if here not in path:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here] + [p for p in path if p])
     session = (SparkSession.builder.master(request.param)
                .appName("kolo-tests")
                .config("spark.ui.enabled", "false")

@@ -99,3 +99,11 @@ def test_kolo_spark_run_with_too_few_task_slots(spark):
     text = str(info.value)
     assert "needs %d task slots" % (size + 2) in text
     assert "has %d" % size in text and spark.sparkContext.master in text
+
+
+def test_torch_distributor_runs_the_same_function(spark):
+    from pyspark.ml.torch.distributor import TorchDistributor
+    size = _ranks(spark)
+    every = TorchDistributor(num_processes=size, local_mode=False, use_gpu=False).run(
+        train, 4, 0.05)
+    _check_training(every, size)
