@@ -16,6 +16,7 @@ packages=(
   clang libclang-rt-14-dev
   clang-16 libc++-16-dev libc++abi-16-dev iwyu
   python3-sphinx python3-myst-parser furo python3-breathe doxygen
+  openjdk-17-jre-headless
 )
 
 missing=()

@@ -44,9 +44,11 @@ base_python=${KOLO_BASE_PYTHON:-/usr/bin/python3}
 # Build tools for `pip install --no-build-isolation`; numpy and pytest for
 # the examples and tests/python; cloudpickle for the object collectives
 # (as Horovod; kolo falls back to pickle without it); Ray for kolo.ray and
-# tests/ray (optional for users: pip install "kolo[ray]").
+# tests/ray (optional for users: pip install "kolo[ray]"); PySpark for
+# kolo.spark and tests/spark (optional: pip install "kolo[spark]"; it runs
+# on Debian's OpenJDK, which install-deps.sh installs).
 packages=("torch==$torch_version" "scikit-build-core>=0.10" "pybind11>=2.10" numpy pytest
-          cloudpickle "ray[train]==2.60.0")
+          cloudpickle "ray[train]==2.60.0" "pyspark[sql]==4.3.0")
 
 # ready DIR: exit 0 when DIR's python has torch==$torch_version and the
 # tools (read from the installed metadata, without importing torch); 3 and
@@ -62,7 +64,7 @@ if have != want:
     print("python-venv.sh: %s has torch %s, not %s: use another DIR or delete this one"
           % (sys.prefix, have, want))
     sys.exit(3)
-for name in ("scikit-build-core", "pybind11", "numpy", "pytest", "cloudpickle", "ray"):
+for name in ("scikit-build-core", "pybind11", "numpy", "pytest", "cloudpickle", "ray", "pyspark"):
     metadata.version(name)
 EOF
 }

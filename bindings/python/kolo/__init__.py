@@ -1,8 +1,9 @@
 """kolo: Horovod-style data-parallel training on one C++ engine.
 
 The PyTorch API lives in :mod:`kolo.torch`. This package holds the compiled
-extension (``kolo._kolo``) and the error classes shared by every framework
-binding.
+extension (``kolo._kolo``), the error classes shared by every framework
+binding, and ``kolo.run`` (horovod.run: a function on every rank of a
+kolorun job, results in rank order; :mod:`kolo.runner`).
 """
 import sys as _sys
 
@@ -28,3 +29,5 @@ from kolo._kolo import (  # noqa: F401,E402
 )
 
 __version__ = _kolo.build_info()["version"]
+
+from kolo.runner import run  # noqa: E402,F401  (horovod.run)

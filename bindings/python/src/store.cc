@@ -1,6 +1,7 @@
 // The job's rendezvous store, served from Python (kolo/tcp_store.h): the
-// driver of kolo.ray hosts it for its Ray actors as kolorun hosts it for its
-// processes. The driver reads and writes the server's own data directly
+// driver of kolo.ray, kolo.run and kolo.spark hosts it for its workers as
+// kolorun hosts it for its processes; StoreClient is the workers' side
+// (kolo.run and kolo.spark fetch the function and post results with it). The driver reads and writes the server's own data directly
 // (no network hop), as kolorun's elastic driver does, and writes elastic
 // world records with the launcher's encoding (kolo/elastic_world.h).
 //
@@ -73,6 +74,40 @@ class StoreServer {
   uint16_t port_;
 };
 
+// An authenticated client of a StoreServer (or of kolorun's store); the
+// secret is checked by the HMAC challenge before any request. Owns its
+// connection pool until close() or destruction.
+class StoreClient {
+ public:
+  StoreClient(const std::string& host, uint16_t port, const std::string& secret,
+              double connectTimeoutSeconds) {
+    TcpStoreOptions options;
+    options.connectTimeout =
+        std::chrono::milliseconds(static_cast<int64_t>(connectTimeoutSeconds * 1000));
+    store_ = makeTcpStore(host, port, secret, options);
+  }
+
+  void set(const std::string& key, const std::string& value) {
+    open().set(key, std::vector<char>(value.begin(), value.end()));
+  }
+  std::string get(const std::string& key, double timeoutSeconds) {
+    auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+    std::vector<char> v = open().get(key, ms);
+    return {v.begin(), v.end()};
+  }
+  bool check(const std::string& key) { return open().check(key); }
+  int64_t add(const std::string& key, int64_t delta) { return open().add(key, delta); }
+  void close() { store_.reset(); }
+
+ private:
+  Store& open() {
+    if (!store_) throw InvalidArgument("the store client is closed");
+    return *store_;
+  }
+
+  std::shared_ptr<Store> store_;
+};
+
 // (worker, host, rank, local_rank, local_size, cross_rank, cross_size), in
 // rank order.
 using MemberTuple = std::tuple<int64_t, std::string, int, int, int, int, int>;
@@ -126,6 +161,37 @@ void bindStore(py::module_& m) {
       .def("publish_lost_rank", &StoreServer::publishLostRank, Release(), py::arg("version"),
            py::arg("rank"), py::arg("why"))
       .def("close", &StoreServer::close, Release());
+  py::class_<StoreClient>(m, "StoreClient",
+                          "A client of kolo's authenticated rendezvous store (StoreServer or "
+                          "kolorun's); every connection answers the server's HMAC-SHA256 "
+                          "challenge keyed by secret.")
+      .def(py::init<const std::string&, uint16_t, const std::string&, double>(), Release(),
+           py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("connect_timeout") = 60.0,
+           "Connects to host:port, retrying for up to connect_timeout seconds; "
+           "KoloInternalError when the server refuses the secret or never answers.")
+      .def(
+          "set",
+          [](StoreClient& s, const std::string& key, py::bytes value) {
+            std::string v(value);
+            py::gil_scoped_release release;
+            s.set(key, v);
+          },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "get",
+          [](StoreClient& s, const std::string& key, double timeout) {
+            std::string v;
+            {
+              py::gil_scoped_release release;
+              v = s.get(key, timeout);
+            }
+            return py::bytes(v);
+          },
+          py::arg("key"), py::arg("timeout"),
+          "Waits up to timeout seconds for key; raises KoloInternalError on timeout.")
+      .def("check", &StoreClient::check, Release(), py::arg("key"))
+      .def("add", &StoreClient::add, Release(), py::arg("key"), py::arg("delta"))
+      .def("close", &StoreClient::close, Release());
   m.def("encode_world", &encodeWorld, py::arg("version"), py::arg("notice"), py::arg("members"),
         "The elastic world record (kolo/elastic_world.h) of members (worker, host, rank, "
         "local_rank, local_size, cross_rank, cross_size) in rank order.");

@@ -6,7 +6,8 @@ import torch
 
 from kolo import _kolo
 from kolo.torch import ops
-from kolo.torch.process_sets import _id, global_process_set
+from kolo.torch.ops import _rank_arg, _sid
+from kolo.torch.process_sets import global_process_set
 
 try:  # Horovod pickles objects with cloudpickle (lambdas, local classes)
     import cloudpickle as _pickler
@@ -57,6 +58,7 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
             shapes or dtypes.
         KoloInternalError: a peer failed, timed out or shut down.
     """
+    root_rank = _rank_arg(root_rank, "broadcast_parameters")
     named = _named_tensors(params)
     if prefix:
         named = [(prefix + n, t) for n, t in named]
@@ -66,7 +68,7 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
             raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (n, type(t)))
         tensors.append((n, t.data))
     with torch.no_grad():
-        _kolo.broadcast_parameters(tensors, root_rank, _id(process_set))
+        _kolo.broadcast_parameters(tensors, root_rank, _sid(process_set))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -89,9 +91,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Raises:
         KoloInternalError: a peer failed, timed out or shut down.
     """
+    root_rank = _rank_arg(root_rank, "broadcast_object")
     is_root = _kolo.rank() == root_rank
     received = _kolo.broadcast_object_bytes(_dumps(obj) if is_root else b"", root_rank,
-                                            "" if name is None else name, _id(process_set))
+                                            "" if name is None else str(name), _sid(process_set))
     return obj if is_root else pickle.load(io.BytesIO(received))
 
 
@@ -115,7 +118,8 @@ def allgather_object(obj, name=None, process_set=global_process_set):
         KoloInternalError: a peer failed, timed out or shut down.
     """
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-    base = name if name is not None else _kolo.next_name("allgather_object", _id(process_set))
+    base = str(name) if name is not None else _kolo.next_name("allgather_object",
+                                                                 _sid(process_set))
     sizes = ops.synchronize(ops.allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes",
         process_set=process_set))
@@ -202,6 +206,11 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         KoloInternalError: a peer failed, timed out or shut down.
     """
     del model
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError("kolo.torch.broadcast_optimizer_state: optimizer must be a "
+                         "torch.optim.Optimizer (or a DistributedOptimizer), got %s"
+                         % type(optimizer).__name__)
+    root_rank = _rank_arg(root_rank, "broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:
@@ -213,7 +222,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
                         if isinstance(optimizer, torch.optim.SparseAdam):
                             p.grad = p.grad.to_sparse()
     is_root = _kolo.rank() == root_rank
-    base = _kolo.next_name("broadcast", _id(process_set))
+    base = _kolo.next_name("broadcast", _sid(process_set))
     local = []
     layout = _strip_tensors(optimizer.state_dict(), local) if is_root else None
     layout = broadcast_object(layout, root_rank, name=base + ".layout", process_set=process_set)

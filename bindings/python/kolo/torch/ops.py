@@ -14,6 +14,7 @@ allgather, grouped_allgather, broadcast, alltoall, reducescatter,
 grouped_reducescatter) are differentiable, with horovod.torch's gradient
 conventions; the in-place and asynchronous ones are not.
 """
+import operator
 import warnings
 
 import torch
@@ -42,6 +43,76 @@ tensors on the CPU only (CUDA tensors raise KoloInvalidArgumentError)."""
 
 def _name(name):
     return "" if name is None else str(name)
+
+
+_INT32_MAX = 2 ** 31 - 1
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _kind(value):
+    return "%s %r" % (type(value).__name__, value) if not isinstance(value, torch.Tensor) \
+        else "a tensor"
+
+
+def _tensor(tensor, fn, what="tensor"):
+    """tensor, checked to be a torch.Tensor."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError("kolo.torch.%s: %s must be a torch.Tensor, got %s"
+                         % (fn, what, _kind(tensor)))
+    return tensor
+
+
+def _tensor_list(tensors, fn):
+    """tensors as a list, checked to hold torch.Tensors only."""
+    if (isinstance(tensors, (torch.Tensor, str, bytes, dict))
+            or not hasattr(tensors, "__iter__")):
+        raise ValueError("kolo.torch.%s: tensors must be a list of torch.Tensor, got %s"
+                         % (fn, _kind(tensors) if not isinstance(tensors, torch.Tensor)
+                            else "one tensor (wrap it in a list)"))
+    out = list(tensors)
+    for i, t in enumerate(out):
+        _tensor(t, fn, "tensors[%d]" % i)
+    return out
+
+
+def _scale(value, fn, what):
+    """A scale factor as a float (ints, floats, numpy and 0-d tensors)."""
+    if not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise ValueError("kolo.torch.%s: %s must be a number, got %s" % (fn, what, _kind(value)))
+
+
+def _rank_arg(value, fn, what="root_rank"):
+    """A rank of the job as an int (ints, numpy ints, 0-d integer tensors)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        rank = operator.index(value)
+    except TypeError:
+        raise ValueError("kolo.torch.%s: %s must be an int rank, got %s"
+                         % (fn, what, _kind(value))) from None
+    if not 0 <= rank <= _INT32_MAX:
+        raise ValueError("kolo.torch.%s: %s=%d is not a rank (ranks are 0 .. size-1)"
+                         % (fn, what, rank))
+    return rank
+
+
+def _sid(process_set):
+    """The engine id of process_set (ValueError for anything else)."""
+    set_id = _id(process_set)
+    if not 0 <= set_id <= _INT32_MAX:
+        raise ValueError("process_set id %d does not exist" % set_id)
+    return set_id
+
+
+def _check_compression(compression, fn):
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise ValueError("kolo.torch.%s: compression must be a kolo.torch.Compression member "
+                         "(Compression.none, fp16, bf16), got %s" % (fn, _kind(compression)))
+    return compression
 
 
 def _resolve_op(op, average):
@@ -118,14 +189,21 @@ def _listed(outputs, _handles):
     return list(outputs)
 
 
+def _check_handle(handle, fn):
+    if not (hasattr(handle, "poll") and hasattr(handle, "wait")):
+        raise ValueError("kolo.torch.%s: expected a handle returned by an *_async operation, "
+                         "got %s" % (fn, _kind(handle)))
+    return handle
+
+
 def poll(handle):
     """True when the operation behind handle has finished."""
-    return handle.poll()
+    return _check_handle(handle, "poll").poll()
 
 
 def synchronize(handle):
     """Waits for handle and returns its result (raises the operation's error)."""
-    return handle.wait()
+    return _check_handle(handle, "synchronize").wait()
 
 
 def _copy_back(tensors):
@@ -159,8 +237,11 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
             negotiation and of peers come from synchronize().
     """
     op = _resolve_op(op, average)
-    return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
-                                         postscale_factor, False, _id(process_set))], _single)
+    fn = "allreduce_async"
+    return Handle([_kolo.allreduce_async(_tensor(tensor, fn), op, _name(name),
+                                         _scale(prescale_factor, fn, "prescale_factor"),
+                                         _scale(postscale_factor, fn, "postscale_factor"),
+                                         False, _sid(process_set))], _single)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -176,8 +257,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     Raises what allreduce_async() raises.
     """
     op = _resolve_op(op, average)
-    return Handle([_kolo.allreduce_async(tensor, op, _name(name), prescale_factor,
-                                         postscale_factor, True, _id(process_set))], _single)
+    fn = "allreduce_async_"
+    return Handle([_kolo.allreduce_async(_tensor(tensor, fn), op, _name(name),
+                                         _scale(prescale_factor, fn, "prescale_factor"),
+                                         _scale(postscale_factor, fn, "postscale_factor"),
+                                         True, _sid(process_set))], _single)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -279,7 +363,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         KoloInternalError: a peer failed, timed out or shut down.
     """
     op = _resolve_op(op, average)
-    compressed, cctx = compression.compress(tensor)
+    _tensor(tensor, "allreduce")
+    compressed, cctx = _check_compression(compression, "allreduce").compress(tensor)
     out = _Allreduce.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, cctx)
 
@@ -300,8 +385,11 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     Raises what allreduce_async() raises.
     """
     op = _resolve_op(op, average)
-    handles = _kolo.grouped_allreduce_async(list(tensors), op, _name(name), prescale_factor,
-                                            postscale_factor, _id(process_set))
+    fn = "grouped_allreduce_async"
+    handles = _kolo.grouped_allreduce_async(_tensor_list(tensors, fn), op, _name(name),
+                                            _scale(prescale_factor, fn, "prescale_factor"),
+                                            _scale(postscale_factor, fn, "postscale_factor"),
+                                            _sid(process_set))
     return Handle(handles, _listed)
 
 
@@ -315,10 +403,13 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
     Raises what allreduce_async() raises.
     """
-    tensors = list(tensors)
+    fn = "grouped_allreduce_async_"
+    tensors = _tensor_list(tensors, fn)
     op = _resolve_op(op, average)
-    handles = _kolo.grouped_allreduce_async(tensors, op, _name(name), prescale_factor,
-                                            postscale_factor, _id(process_set))
+    handles = _kolo.grouped_allreduce_async(tensors, op, _name(name),
+                                            _scale(prescale_factor, fn, "prescale_factor"),
+                                            _scale(postscale_factor, fn, "postscale_factor"),
+                                            _sid(process_set))
     return Handle(handles, _copy_back(tensors))
 
 
@@ -370,6 +461,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     Raises what allreduce() raises.
     """
     op = _resolve_op(op, average)
+    tensors = _tensor_list(tensors, "grouped_allreduce")
+    _check_compression(compression, "grouped_allreduce")
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(op, name, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
@@ -389,7 +482,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         KoloInvalidArgumentError: (a ValueError) as allreduce_async();
             later errors come from synchronize().
     """
-    return Handle([_kolo.allgather_async(tensor, _name(name), _id(process_set))], _single)
+    return Handle([_kolo.allgather_async(_tensor(tensor, "allgather_async"), _name(name),
+                                         _sid(process_set))], _single)
 
 
 def _allgather_grad(grads, rows, name, process_set):
@@ -412,7 +506,8 @@ def _allgather_grad(grads, rows, name, process_set):
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        handle = _kolo.allgather_async(tensor, _name(name), _id(process_set))
+        handle = _kolo.allgather_async(_tensor(tensor, "allgather"), _name(name),
+                                       _sid(process_set))
         out = handle.wait()
         ctx.name, ctx.process_set = name, process_set
         ctx.rows = [list(handle.received_splits())]
@@ -460,14 +555,15 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         Handle: one for the group; ``synchronize(handle)`` returns the list
         of gathered tensors.
     """
-    handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _id(process_set))
+    handles = _kolo.grouped_allgather_async(_tensor_list(tensors, "grouped_allgather_async"),
+                                            _name(name), _sid(process_set))
     return Handle(handles, _listed)
 
 
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _id(process_set))
+        handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _sid(process_set))
         outs = [h.wait() for h in handles]
         ctx.name, ctx.process_set = name, process_set
         ctx.rows = [list(h.received_splits()) for h in handles]
@@ -493,7 +589,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
     Raises what allgather() raises.
     """
-    return list(_GroupedAllgather.apply(name, process_set, *tensors))
+    return list(_GroupedAllgather.apply(name, process_set,
+                                        *_tensor_list(tensors, "grouped_allgather")))
 
 
 # ---- broadcast ----------------------------------------------------------------------
@@ -505,8 +602,9 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     Returns:
         Handle: ``synchronize(handle)`` returns root_rank's tensor (new).
     """
-    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), False,
-                                         _id(process_set))], _single)
+    fn = "broadcast_async"
+    return Handle([_kolo.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
+                                         _name(name), False, _sid(process_set))], _single)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -516,8 +614,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
         Handle: ``synchronize(handle)`` returns tensor, overwritten with
         root_rank's values (leave tensor alone until then).
     """
-    return Handle([_kolo.broadcast_async(tensor, root_rank, _name(name), True,
-                                         _id(process_set))], _single)
+    fn = "broadcast_async_"
+    return Handle([_kolo.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
+                                         _name(name), True, _sid(process_set))], _single)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -569,18 +668,47 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
             operation of this name (dtype, shape, op, root, ...).
         KoloInternalError: a peer failed, timed out or shut down.
     """
-    return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return _Broadcast.apply(_tensor(tensor, "broadcast"), _rank_arg(root_rank, "broadcast"),
+                            name, process_set)
 
 
 # ---- alltoall -------------------------------------------------------------------------
 
 
-def _splits_list(splits):
+def _splits_list(splits, fn="alltoall"):
+    """splits as a list of ints: a 1-d integer tensor (Horovod's int32, or
+    another integer type) or a sequence of ints, each >= 0. Anything else
+    (float splits, for one) is a ValueError, as in Horovod."""
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.flatten().tolist()]
-    return [int(s) for s in splits]
+        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+            raise ValueError("kolo.torch.%s: splits must hold integers (torch.int32 as in "
+                             "Horovod, or another integer type), got a %s tensor"
+                             % (fn, str(splits.dtype).replace("torch.", "")))
+        if splits.dim() > 1:
+            raise ValueError("kolo.torch.%s: splits must be a 1-d tensor, got shape %s"
+                             % (fn, tuple(splits.shape)))
+        values = splits.tolist() if splits.dim() == 1 else [splits.item()]
+    elif isinstance(splits, (str, bytes, dict)) or not hasattr(splits, "__iter__"):
+        raise ValueError("kolo.torch.%s: splits must be a 1-d integer tensor or a list of ints, "
+                         "got %s" % (fn, _kind(splits)))
+    else:
+        values = list(splits)
+    out = []
+    for i, s in enumerate(values):
+        try:
+            if isinstance(s, bool):
+                raise TypeError
+            n = operator.index(s)
+        except TypeError:
+            raise ValueError("kolo.torch.%s: splits[%d] must be an int, got %s"
+                             % (fn, i, _kind(s))) from None
+        if not 0 <= n <= _INT64_MAX:
+            raise ValueError("kolo.torch.%s: splits[%d]=%d: a split is a number of rows, >= 0"
+                             % (fn, i, n))
+        out.append(n)
+    return out
 
 
 def _alltoall_finish(outputs, handles):
@@ -595,8 +723,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         Handle: ``synchronize(handle)`` returns (tensor, received_splits),
         received_splits an int32 tensor, whether or not splits was given.
     """
-    return Handle([_kolo.alltoall_async(tensor, _splits_list(splits), _name(name),
-                                        _id(process_set))], _alltoall_finish)
+    fn = "alltoall_async"
+    return Handle([_kolo.alltoall_async(_tensor(tensor, fn), _splits_list(splits, fn),
+                                        _name(name), _sid(process_set))], _alltoall_finish)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -643,6 +772,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
             operation of this name (dtype, shape, op, root, ...).
         KoloInternalError: a peer failed, timed out or shut down.
     """
+    _tensor(tensor, "alltoall")
+    _splits_list(splits)  # checked before the autograd function sees it
     out, received = _Alltoall.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
@@ -658,9 +789,11 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
         Handle: ``synchronize(handle)`` returns this rank's rows of the
         reduction.
     """
-    return Handle([_kolo.reducescatter_async(tensor, _check_op(op), _name(name),
-                                             prescale_factor, postscale_factor,
-                                             _id(process_set))], _single)
+    fn = "reducescatter_async"
+    return Handle([_kolo.reducescatter_async(_tensor(tensor, fn), _check_op(op), _name(name),
+                                             _scale(prescale_factor, fn, "prescale_factor"),
+                                             _scale(postscale_factor, fn, "postscale_factor"),
+                                             _sid(process_set))], _single)
 
 
 def _reducescatter_grad(grads, op, scales, name, process_set):
@@ -717,7 +850,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
             operation of this name (dtype, shape, op, root, ...).
         KoloInternalError: a peer failed, timed out or shut down.
     """
-    compressed, cctx = compression.compress(tensor)
+    _tensor(tensor, "reducescatter")
+    compressed, cctx = _check_compression(compression, "reducescatter").compress(tensor)
     out = _Reducescatter.apply(compressed, name, _check_op(op), prescale_factor,
                                postscale_factor, process_set)
     return compression.decompress(out, cctx)
@@ -734,9 +868,12 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
         Handle: one for the group; ``synchronize(handle)`` returns the list
         of this rank's shares.
     """
-    handles = _kolo.grouped_reducescatter_async(list(tensors), _check_op(op), _name(name),
-                                                prescale_factor, postscale_factor,
-                                                _id(process_set))
+    fn = "grouped_reducescatter_async"
+    handles = _kolo.grouped_reducescatter_async(_tensor_list(tensors, fn), _check_op(op),
+                                                _name(name),
+                                                _scale(prescale_factor, fn, "prescale_factor"),
+                                                _scale(postscale_factor, fn, "postscale_factor"),
+                                                _sid(process_set))
     return Handle(handles, _listed)
 
 
@@ -768,6 +905,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     Returns:
         list[torch.Tensor]: this rank's shares, in the order of tensors.
     """
+    tensors = _tensor_list(tensors, "grouped_reducescatter")
+    _check_compression(compression, "grouped_reducescatter")
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatter.apply(name, _check_op(op), prescale_factor, postscale_factor,
                                        process_set, *[p[0] for p in pairs])
@@ -796,7 +935,7 @@ def join(device=-1, process_set=global_process_set):
         KoloInternalError: a peer failed, timed out or shut down.
     """
     del device
-    return _kolo.join(_id(process_set))
+    return _kolo.join(_sid(process_set))
 
 
 def barrier(process_set=global_process_set):
@@ -806,4 +945,4 @@ def barrier(process_set=global_process_set):
         KoloInvalidArgumentError: this rank is not in process_set.
         KoloInternalError: a peer failed, timed out or shut down.
     """
-    _kolo.barrier(_id(process_set))
+    _kolo.barrier(_sid(process_set))
