@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <exception>
 #include <mutex>
 #include <utility>
 #include <vector>
