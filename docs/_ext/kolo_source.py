@@ -61,23 +61,26 @@ def config_accepted():
     accepted = {}
     # Each variable's statement runs from its env("...") to the next one.
     starts = [(m.start(), m.group(1)) for m in
-              re.finditer(r'(?:env\(|parseAuto\(env,\s*)"(KOLO_[A-Z0-9_]+)"', body)]
+              re.finditer(r'(?:env\(|reader\.get\(|parseAuto\((?:env|reader),\s*)'
+                          r'"(KOLO_[A-Z0-9_]+)"', body)]
     for i, (pos, name) in enumerate(starts):
         if name in accepted:
             continue
         end = starts[i + 1][0] if i + 1 < len(starts) else len(body)
         stmt = body[pos:end]
-        m = re.search(r'parse(?:Int|Number)\(\s*"%s".*?"([^"]+)"\s*\)' % name, stmt, re.S)
+        m = re.search(r'parse(?:Int|Number)\([^;]*?"([^"]+)"\s*\)', stmt, re.S)
         if m:
             accepted[name] = m.group(1)
-        elif re.search(r'parseChoice\(\s*"%s"' % name, stmt):
-            choices = re.search(r'parseChoice\(\s*"%s"[^{]*\{([^}]*)\}' % name, stmt, re.S)
+        elif re.search(r'parse(?:Choice|Backend)\(', stmt):
+            choices = re.search(r'parse(?:Choice|Backend)\([^{]*\{([^}]*)\}', stmt, re.S)
             accepted[name] = " | ".join(re.findall(r'"([^"]+)"', choices.group(1)))
-        elif re.search(r'parseBool\(\s*"%s"' % name, stmt):
+        elif re.search(r'parseLogLevel\(', stmt):
+            accepted[name] = "trace | debug | info | warning | error | off"
+        elif re.search(r'parse(?:Bool|Switch)\(', stmt):
             accepted[name] = _PARSE_BOOL
         elif stmt.startswith("parseAuto"):
             accepted[name] = _PARSE_AUTO
-        elif re.search(r"=\s*\*v\s*;", stmt):
+        elif re.search(r"=\s*(?:\*v|v->value)\s*;", stmt):
             accepted[name] = "any string"
         else:
             raise ValueError("%s: cannot tell how %s reads %s; extend "
