@@ -49,7 +49,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"host cost per gradient, LibTorch: plain vs kolo DistributedOptimizer"};
-  int steps = 200, warmup = 30, blocks = 1;
+  int steps = 10, warmup = 30, blocks = 20;
   app.add_option("--steps", steps, "steps per block");
   app.add_option("--warmup", warmup, "untimed steps per mode first");
   app.add_option("--blocks", blocks, "timed blocks per mode");

@@ -8,7 +8,7 @@ layer adds. Host cost per gradient = (step time - plain step time) / 161,
 plain being the same model and optimizer without any data-parallel layer,
 measured in the same process in the same round.
 
-  python3 benchmarks/host_cost/host_cost.py [--rounds 5] [--steps 200]
+  python3 benchmarks/host_cost/host_cost.py [--rounds 5] [--steps 10] [--blocks 20]
       [--sizes 1,2] [--langs py,cpp] [--build [NAME=]build/default ...]
       [--csv benchmarks/results/host_cost.csv]
 
@@ -18,7 +18,9 @@ Several --build options compare builds (before/after a change) round by round.
 
 Rounds are interleaved: round r runs every configuration (language x world
 size x build) once before round r+1 starts, and inside each process the modes take
-turns (plain, ddp, kolo) in blocks of --steps steps. The table reports
+turns (plain, ddp, kolo) in blocks of --steps steps, --blocks blocks each; a
+round's step time is the median of its blocks, which keeps the comparison fair
+when the machine's load changes during the round. The table reports
 medians over rounds, min-max in brackets, and kolo/DDP: the ratio of host
 costs per gradient (C++ kolo against Python DDP of the same round: LibTorch
 has no DDP). The machine's load average is printed before and after.
@@ -147,9 +149,11 @@ def main():
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--modes", default="plain,ddp,kolo")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=10, help="steps per block")
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--blocks", type=int, default=1, help="blocks of --steps per mode per round")
+    ap.add_argument("--blocks", type=int, default=20,
+                    help="blocks per mode per round; the modes take turns block by block and "
+                         "each round reports the median block")
     ap.add_argument("--sizes", default="1,2")
     ap.add_argument("--langs", default="py,cpp")
     ap.add_argument("--build", action="append", default=[], metavar="[NAME=]DIR",
