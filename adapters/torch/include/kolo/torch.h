@@ -458,14 +458,16 @@ struct DistributedOptimizerOptions {
 
 // Wraps a LibTorch optimizer so gradients are averaged over ranks.
 //
-// Construct it after the model is on its device: it registers a post-hook
-// on every parameter's gradient accumulator, which enqueues that gradient's
-// allreduce as soon as backward has accumulated it (after
+// Construct it after the model is on its device: its GradientReducer
+// (kolo/torch/reducer.h) registers a post-hook on every parameter's
+// gradient accumulator and enqueues a bucket of gradients (one request) as
+// soon as backward has accumulated all of them (after
 // backward_passes_per_step passes), so communication overlaps the rest of
-// backward. step() waits for all of them, writes the reduced gradients back
-// into param.grad() and steps the wrapped optimizer. Parameters whose
-// gradient never arrived in a step (unused on this rank) contribute zeros,
-// so every rank submits the same set; their grad is then defined (zeros).
+// backward. Gradients are reduced in place: param.grad() becomes an alias of
+// its region of the bucket. step() waits for the buckets and steps the
+// wrapped optimizer. Parameters whose gradient never arrived in a step
+// (unused on this rank) contribute zeros, so every rank submits the same
+// buckets; their grad is then defined (zeros).
 //
 // The wrapped optimizer stays the one that owns state: save/load it and
 // attach LR schedulers to optimizer() (or to the shared_ptr you passed).
@@ -524,8 +526,8 @@ class DistributedOptimizer {
   const std::shared_ptr<::torch::optim::Optimizer>& optimizer_ptr() const { return optimizer_; }
   const DistributedOptimizerOptions& options() const;
 
-  // Gradient allreduces enqueued since the last synchronize() (by the hooks
-  // or by synchronize itself). Lets tests observe overlap.
+  // Gradients whose bucket was enqueued since the last synchronize() (by
+  // the hooks or by synchronize itself). Lets tests observe overlap.
   int submitted() const;
 
   struct State;  // shared with the gradient hooks

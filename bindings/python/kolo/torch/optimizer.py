@@ -441,10 +441,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     Returns an optimizer of the same class (isinstance holds) sharing the
     wrapped optimizer's param_groups and state: LR schedulers, state_dict()
-    and load_state_dict() work on either. A post-hook on every parameter's
-    gradient accumulator enqueues that gradient's allreduce as soon as
-    backward produced it (after backward_passes_per_step passes, whose
-    gradients are summed); step() waits for them all and steps.
+    and load_state_dict() work on either. kolo's C++ gradient reducer hooks
+    every parameter's gradient accumulator and groups the gradients into
+    buckets (up to 25 MiB, in the order backward produces them); a bucket is
+    enqueued as one allreduce as soon as backward produced all of its
+    gradients (after backward_passes_per_step passes, whose gradients are
+    summed). Gradients are reduced in place: p.grad becomes an alias of its
+    region of the bucket. step() waits for the buckets and steps.
 
     op: Average, Sum or Adasum (Horovod's delta optimizer: step() applies the
     wrapped optimizer locally and combines the parameter changes with Adasum;
