@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for kolo's benchmarks (see benchmarks/README.md).
 #
-#   benchmarks/run.sh [sweep|fusion|latency|negotiation|train|shm|hierarchical|all]...
+#   benchmarks/run.sh [sweep|fusion|latency|negotiation|train|shm|hierarchical|host_cost|all]...
 #                                                                     (default: all)
 #
 # Builds what the chosen parts need in build/bench (RelWithDebInfo; configured
@@ -18,7 +18,7 @@
 #                      (Open MPI busy-polls by default; on a loaded machine that
 #                      makes raw MPI calls wait for the scheduler)
 #   SWEEP_ARGS, FUSION_ARGS, LATENCY_ARGS, NEGOTIATION_ARGS, TRAIN_ARGS,
-#   SHM_ARGS, HIERARCHICAL_ARGS
+#   SHM_ARGS, HIERARCHICAL_ARGS, HOST_COST_ARGS
 #                      extra options for that part's program or script
 #                      (word-split), e.g. SWEEP_ARGS="--max-bytes 1048576 --trials 1"
 #   KOLO_*             engine settings (KOLO_CYCLE_TIME, KOLO_FUSION_THRESHOLD, ...)
@@ -175,6 +175,17 @@ part_hierarchical() {
   plot hierarchical
 }
 
+# Host cost per gradient: plain PyTorch vs DDP vs kolo, Python and C++,
+# world sizes 1 and 2 (benchmarks/host_cost/host_cost.py; about 3 minutes).
+part_host_cost() {
+  [[ $(cache_flag KOLO_WITH_TORCH) == ON ]] || { echo "host_cost: needs LibTorch; skipped"; return; }
+  build bench_host_cost kolo_python kolorun
+  log "host_cost (load average $(loadavg))"
+  # shellcheck disable=SC2086
+  python3 "$ROOT/benchmarks/host_cost/host_cost.py" --build "kolo=$BUILD" \
+    --csv "$RESULTS/host_cost.csv" ${HOST_COST_ARGS:-}
+}
+
 # Part 5 (training) lives in benchmarks/train/, written separately.
 part_train() {
   local script=$ROOT/benchmarks/train/run.sh
@@ -194,7 +205,8 @@ main() {
   for p in "${parts[@]}"; do
     case $p in
       all) expanded+=(sweep fusion latency negotiation train) ;;
-      sweep | fusion | latency | negotiation | train | shm | hierarchical) expanded+=("$p") ;;
+      sweep | fusion | latency | negotiation | train | shm | hierarchical | host_cost)
+        expanded+=("$p") ;;
       -h | --help) usage; return 0 ;;
       *) usage >&2; echo "unknown part '$p'" >&2; return 2 ;;
     esac

@@ -154,3 +154,33 @@ def test_optimizer_step_waits_on_the_stream_not_the_host():
     opt.step()
     assert not torch.cuda.current_stream().query(), "step() waited for the GPU"
     torch.testing.assert_close(model.weight.detach(), before - 0.1 * grad)
+
+
+def test_kolo_operations_are_refused_during_cuda_graph_capture():
+    """A ready event recorded while the current stream captures a CUDA graph
+    would pull kolo's comm stream into the capture (and the background
+    thread's synchronizing calls would invalidate it): kolo refuses, with an
+    error saying what to do, and the capture stays valid."""
+    dev = device()
+    x = torch.ones(8, device=dev)
+    model = torch.nn.Linear(8, 1).to(dev)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        y = x * 2  # warm up the kernel outside the capture
+        with torch.cuda.graph(graph, stream=stream):
+            y = x * 2
+            with pytest.raises(ValueError, match="capturing a CUDA graph.*outside graph capture"):
+                hvd.allreduce_async(y, name="g.capture")
+            with pytest.raises(ValueError, match="capturing a CUDA graph"):
+                hvd.grouped_allreduce_async([y, y + 1], name="g.capture.grouped")
+    graph.replay()  # the capture was not invalidated
+    torch.cuda.synchronize()
+    assert torch.equal(y.cpu(), torch.full((8,), 2.0))
+    # Outside the capture the same operations run, and so does the optimizer.
+    torch.testing.assert_close(hvd.allreduce(x, name="g.capture.after").cpu(), x.cpu())
+    model(x).sum().backward()
+    opt.step()

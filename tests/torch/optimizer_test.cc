@@ -307,7 +307,11 @@ TEST_F(TorchOptimizer, HooksEnqueueAllreducesDuringBackward) {
     kt::broadcast_parameters(*net, 0, ctx);
     auto inner = std::make_shared<torch::optim::SGD>(net->parameters(),
                                                      torch::optim::SGDOptions(0.1));
-    kt::DistributedOptimizer opt(inner, net->named_parameters(), {}, ctx);
+    // One bucket per gradient (bucket_bytes 0), so each is submitted as soon
+    // as backward produced it.
+    kt::DistributedOptimizerOptions options;
+    options.bucket_bytes = 0;
+    kt::DistributedOptimizer opt(inner, net->named_parameters(), options, ctx);
     opt.zero_grad();
     // The gradient of h1 is computed after fc3's and fc2's gradients were
     // accumulated and before fc1's: their hooks must have fired by then.

@@ -5,7 +5,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <exception>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -70,17 +73,91 @@ inline StateKey stateKey(const at::Tensor& param) {
   return detail::makeStateKey(param, static_cast<StateKey*>(nullptr));
 }
 
+#if KOLO_TORCH_WITH_CUDA
+// Refuses to go on while `stream` is capturing a CUDA graph: kolo's comm
+// stream would wait on an event recorded in the capture (or the capture on
+// kolo's done event), which joins it to the capture, and the background
+// thread's synchronizing calls then invalidate the capture. Throws
+// InvalidArgument naming `what`.
+inline void checkNotCapturing(cudaStream_t stream, const char* what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw kolo::Internal(std::string("cudaStreamIsCapturing: ") + cudaGetErrorString(err));
+  }
+  if (status != cudaStreamCaptureStatusNone) {
+    throw kolo::InvalidArgument(
+        std::string("kolo: ") + what +
+        " while the current CUDA stream is capturing a CUDA graph (torch.cuda.graph / "
+        "CUDAGraph::capture_begin). kolo's collectives run on their own stream, driven by a "
+        "background thread, and cannot be part of a graph: capturing them would invalidate "
+        "the capture. Run kolo operations (allreduce, DistributedOptimizer backward hooks, "
+        "synchronize/step) outside graph capture: capture only the part of the step without "
+        "them, or call optimizer.synchronize() before the capture begins");
+  }
+}
+
+// CUDA events for ready events, reused instead of created and destroyed
+// per operation. Any thread. An event goes back to the pool when the last
+// reference to it is dropped, which the adapter does once the operation
+// ended (its comm stream waited on the event long before).
+class EventPool {
+ public:
+  static EventPool& instance() {
+    // Leaked on purpose: events may be returned during static destruction.
+    static EventPool* pool = new EventPool();
+    return *pool;
+  }
+
+  // An event of device (the current device must be it), recorded on stream.
+  std::shared_ptr<void> record(int device, cudaStream_t stream) {
+    cudaEvent_t event = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& free = free_[device];
+      if (!free.empty()) {
+        event = free.back();
+        free.pop_back();
+      }
+    }
+    if (event == nullptr) check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                "cudaEventCreateWithFlags");
+    std::shared_ptr<void> out(static_cast<void*>(event), [this, device](void* e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_[device].push_back(static_cast<cudaEvent_t>(e));
+    });
+    check(cudaEventRecord(event, stream), "cudaEventRecord");
+    return out;
+  }
+
+ private:
+  static void check(cudaError_t err, const char* call) {
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw kolo::Internal(std::string(call) + " for kolo's ready event: " +
+                           cudaGetErrorString(err));
+    }
+  }
+  std::mutex mu_;
+  std::map<int, std::vector<cudaEvent_t>> free_;
+};
+#endif
+
 // A CUDA event recorded on the current stream of tensor's device (the
 // stream that produced it: in a gradient hook, autograd's stream for that
 // device), as the void* cudaEvent_t Entry::readyEvent takes. The engine's
 // comm stream waits on it; no host thread blocks. nullptr for CPU tensors.
-// The event lives as long as the returned pointer.
+// The event comes from EventPool and returns to it when the returned
+// pointer is dropped. Throws InvalidArgument while that stream is capturing
+// a CUDA graph.
 inline std::shared_ptr<void> recordReady(const at::Tensor& tensor) {
 #if KOLO_TORCH_WITH_CUDA
   if (tensor.is_cuda()) {
-    auto event = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
-    event->record(c10::cuda::getCurrentCUDAStream(tensor.get_device()));
-    return std::shared_ptr<void>(event, static_cast<void*>(event->event()));
+    const c10::cuda::CUDAGuard guard(tensor.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tensor.get_device()).stream();
+    checkNotCapturing(stream, "a collective was submitted");
+    return EventPool::instance().record(tensor.get_device(), stream);
   }
 #else
   (void)tensor;
@@ -89,16 +166,19 @@ inline std::shared_ptr<void> recordReady(const at::Tensor& tensor) {
 }
 
 // recordReady for a producer that submits one tensor at a time and waits
-// for each submission to be enqueued before the next (a DistributedOptimizer
-// gradient slot): one event, re-recorded, instead of creating and
-// destroying a CUDA event per gradient per step. Re-recording is safe once
-// the engine has enqueued the previous operation: its comm stream waited on
-// the event then. record() returns the cudaEvent_t, nullptr for CPU tensors.
+// for each submission to be enqueued before the next (a gradient bucket):
+// one event, re-recorded, instead of one per submission. Re-recording is
+// safe once the engine has enqueued the previous operation: its comm stream
+// waited on the event then. record() returns the cudaEvent_t, nullptr for
+// CPU tensors; it throws InvalidArgument while the stream is capturing a
+// CUDA graph.
 class ReadyEvent {
  public:
   void* record(const at::Tensor& tensor) {
 #if KOLO_TORCH_WITH_CUDA
     if (tensor.is_cuda()) {
+      const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(tensor.get_device()).stream();
+      checkNotCapturing(stream, "a gradient bucket was submitted");
       if (!event_ || event_->device_index() != tensor.get_device()) {
         event_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
       }
@@ -147,6 +227,20 @@ inline void recordCurrentStream(const at::Tensor& tensor) {
 #endif
 }
 
+#if KOLO_TORCH_WITH_CUDA
+// The caller's current stream of device waits on event (a kolo done event).
+inline void streamWait(const at::Device& device, void* event) {
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  checkNotCapturing(stream, "a kolo result was waited for");
+  const cudaError_t err = cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(event), 0);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw kolo::Internal(std::string("cudaStreamWaitEvent on kolo's done event: ") +
+                         cudaGetErrorString(err));
+  }
+}
+#endif
+
 // The first stage of a kolo operation on tensors of device: once its work is
 // enqueued (kolo::Handle::waitEnqueued), the caller's current stream of
 // device waits for that work's done event. The host blocks only until the
@@ -155,18 +249,36 @@ inline void recordCurrentStream(const at::Tensor& tensor) {
 inline void waitOnCurrentStream(const kolo::Handle& handle, const at::Device& device) {
   void* event = handle.waitEnqueued();
 #if KOLO_TORCH_WITH_CUDA
-  if (event != nullptr && device.is_cuda()) {
-    const cudaError_t err = cudaStreamWaitEvent(
-        c10::cuda::getCurrentCUDAStream(device.index()).stream(), static_cast<cudaEvent_t>(event), 0);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw kolo::Internal(std::string("cudaStreamWaitEvent on kolo's done event: ") +
-                           cudaGetErrorString(err));
-    }
-  }
+  if (event != nullptr && device.is_cuda()) streamWait(device, event);
 #else
   (void)event;
   (void)device;
+#endif
+}
+
+// waitOnCurrentStream for several operations: the host waits until each is
+// enqueued (or done), then the current stream of each device waits once per
+// distinct done event (operations fused into one response share theirs),
+// not once per operation. Waits for every handle, then throws the first
+// error.
+inline void waitAllOnCurrentStream(
+    const std::vector<std::pair<kolo::Handle, at::Device>>& handles) {
+  std::exception_ptr error;
+  std::vector<std::pair<void*, at::Device>> events;
+  for (const auto& [handle, device] : handles) {
+    try {
+      void* event = handle.waitEnqueued();
+      if (event == nullptr || !device.is_cuda()) continue;
+      bool seen = false;
+      for (const auto& e : events) seen = seen || (e.first == event && e.second == device);
+      if (!seen) events.emplace_back(event, device);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#if KOLO_TORCH_WITH_CUDA
+  for (const auto& [event, device] : events) streamWait(device, event);
 #endif
 }
 

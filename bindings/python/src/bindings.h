@@ -18,6 +18,8 @@ void bindProcess(py::module_& m);
 void bindOps(py::module_& m);
 // The primitives of kolo.torch.elastic (elastic.cc).
 void bindElastic(py::module_& m);
+// GradientReducer, behind kolo.torch.DistributedOptimizer (reducer.cc).
+void bindReducer(py::module_& m);
 // The rendezvous store served from Python, for kolo.ray's driver (store.cc).
 void bindStore(py::module_& m);
 

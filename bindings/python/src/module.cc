@@ -143,4 +143,5 @@ PYBIND11_MODULE(_kolo, m) {
   kolo::python::bindOps(m);
   kolo::python::bindElastic(m);
   kolo::python::bindStore(m);
+  kolo::python::bindReducer(m);
 }

@@ -551,18 +551,26 @@ struct DistributedOptimizerOptions {
   /// Gradients are reduced among this set's ranks. On ranks outside it the
   /// optimizer steps on local gradients (as Horovod's does).
   ProcessSet process_set;
+  // Gradients are reduced in buckets of consecutive parameters (in reverse
+  // order, as backward produces them) of up to this many bytes, one request
+  /// per bucket; param.grad() becomes a view of its bucket, reduced in place
+  /// (see kolo/torch/reducer.h). 0: one bucket per parameter. Explicit
+  /// groups are buckets of their own.
+  int64_t bucket_bytes = int64_t{25} << 20;
 };
 
 /// Wraps a LibTorch optimizer so gradients are averaged over ranks.
 ///
-/// Construct it after the model is on its device: it registers a post-hook
-/// on every parameter's gradient accumulator, which enqueues that gradient's
-/// allreduce as soon as backward has accumulated it (after
+/// Construct it after the model is on its device: its GradientReducer
+/// (kolo/torch/reducer.h) registers a post-hook on every parameter's
+/// gradient accumulator and enqueues a bucket of gradients (one request) as
+/// soon as backward has accumulated all of them (after
 /// backward_passes_per_step passes), so communication overlaps the rest of
-/// backward. step() waits for all of them, writes the reduced gradients back
-/// into param.grad() and steps the wrapped optimizer. Parameters whose
-/// gradient never arrived in a step (unused on this rank) contribute zeros,
-/// so every rank submits the same set; their grad is then defined (zeros).
+/// backward. Gradients are reduced in place: param.grad() becomes an alias of
+/// its region of the bucket. step() waits for the buckets and steps the
+/// wrapped optimizer. Parameters whose gradient never arrived in a step
+/// (unused on this rank) contribute zeros, so every rank submits the same
+/// buckets; their grad is then defined (zeros).
 ///
 /// The wrapped optimizer stays the one that owns state: save/load it and
 /// attach LR schedulers to optimizer() (or to the shared_ptr you passed).
@@ -638,8 +646,8 @@ class DistributedOptimizer {
   /// The options it was built with.
   const DistributedOptimizerOptions& options() const;
 
-  /// Gradient allreduces enqueued since the last synchronize() (by the hooks
-  /// or by synchronize itself). Lets tests observe overlap.
+  /// Gradients whose bucket was enqueued since the last synchronize() (by
+  /// the hooks or by synchronize itself). Lets tests observe overlap.
   int submitted() const;
 
   struct State;  ///< Internal: shared with the gradient hooks

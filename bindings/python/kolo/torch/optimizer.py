@@ -1,4 +1,13 @@
-"""DistributedOptimizer: gradients averaged over ranks while backward runs."""
+"""DistributedOptimizer: gradients averaged over ranks while backward runs.
+
+The gradients go through kolo's C++ GradientReducer (_kolo.GradientReducer,
+adapters/torch/src/reducer.cc), the one the C++ DistributedOptimizer uses:
+hooks registered in C++ on the gradient accumulators, buckets of gradients
+submitted as one request each, reduced in place (p.grad becomes a view of its
+bucket). A custom Compressor (not Compression.none/fp16/bf16) falls back to
+hooks and per-gradient allreduces in Python, below, since its compress() is
+Python code.
+"""
 import contextlib
 import warnings
 
@@ -11,12 +20,19 @@ from kolo.torch.process_sets import _id, global_process_set
 from kolo.torch.sparse import sparse_allreduce_async
 
 _GRAD_PREFIX = "grad."
+# The compressors the C++ reducer implements, by their wire dtype.
+_WIRE = {Compression.none: "none", Compression.fp16: "fp16", Compression.bf16: "bf16"}
+# Gradients are bucketed up to this many bytes on the wire (as DDP's
+# bucket_cap_mb); explicit groups are buckets of their own.
+BUCKET_BYTES = 25 << 20
 
 
 class _DistributedMixin:
     """Put in front of the wrapped optimizer's class (see DistributedOptimizer).
 
-    State machine per parameter p, reset by synchronize():
+    With a built-in compression the gradients belong to _kolo_reducer (the
+    C++ GradientReducer); the Python fallback below is used otherwise.
+    Fallback state machine per parameter p, reset by synchronize():
       _kolo_delay[p]   backward passes still to accumulate before p's
                        allreduce is enqueued (starts at backward_passes_per_step)
       _kolo_inflight[p] (handle, compression ctx, tensor sent) once enqueued; the
@@ -90,6 +106,18 @@ class _DistributedMixin:
         self._kolo_synchronized = False
         self._kolo_setup_groups(groups)
         self._kolo_grad_accs = []
+        self._kolo_reducer = None
+        wire = _WIRE.get(compression)
+        if wire is not None:
+            index = {p: i for i, p in enumerate(self._kolo_params)}
+            # On one rank Adasum is the identity: a Sum of one contribution.
+            rop = Sum if op == Adasum and not self._kolo_delta else op
+            self._kolo_reducer = _kolo.GradientReducer(
+                [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
+                wire, gradient_predivide_factor,
+                [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX,
+                sparse_as_dense, self._kolo_set, BUCKET_BYTES)
+            return
         for p in (self._kolo_params if self._kolo_member else []):
             # The AccumulateGrad node of p: its post-hook runs once p.grad
             # holds this backward's contribution.
@@ -206,6 +234,10 @@ class _DistributedMixin:
         if not self._kolo_member:
             self._kolo_synchronized = True
             return
+        if self._kolo_reducer is not None:
+            self._kolo_reducer.synchronize()
+            self._kolo_synchronized = True
+            return
         for p in self._kolo_params:
             if p in self._kolo_inflight:
                 continue
@@ -246,6 +278,10 @@ class _DistributedMixin:
         """Forgets the gradients of an interrupted step (elastic training,
         after a peer failure): waits for the allreduces in flight, which end
         with an error once the failed engine stops, and starts clean."""
+        if self._kolo_reducer is not None:
+            self._kolo_reducer.reset_step()
+            self._kolo_synchronized = False
+            return
         for handle, _, _ in self._kolo_inflight.values():
             try:
                 handle.wait()
@@ -300,8 +336,7 @@ class _DistributedMixin:
                 continue
             with torch.no_grad():
                 p.copy_(p0 + self._kolo_compression.decompress(delta, cctx))
-        for p in self._kolo_params:
-            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_restart_passes()
         if error is not None:
             raise error
 
@@ -338,6 +373,8 @@ class _DistributedMixin:
         if passes < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
         self._kolo_passes = passes
+        if self._kolo_reducer is not None:
+            self._kolo_reducer.set_backward_passes_per_step(passes)
         for p in self._kolo_params:
             self._kolo_delay[p] = passes
 
@@ -357,6 +394,8 @@ class _DistributedMixin:
     def load_state_dict(self, *args, **kwargs):
         """The wrapped optimizer's load_state_dict; like Horovod's, it also
         forgets the gradients accumulated for a step not taken yet."""
+        if self._kolo_reducer is not None:
+            self._kolo_reducer.reset_step()
         for p in self._kolo_params:
             self._kolo_delay[p] = self._kolo_passes
         self._kolo_inflight.clear()
@@ -367,7 +406,21 @@ class _DistributedMixin:
         self._kolo_should_sync = True
         return super().load_state_dict(*args, **kwargs)
 
+    def _kolo_restart_passes(self):
+        if self._kolo_reducer is not None:
+            self._kolo_reducer.clear_passes()
+        for p in self._kolo_params:
+            self._kolo_delay[p] = self._kolo_passes
+
+    def _kolo_submitted(self):
+        """Gradients whose reduction was enqueued since the last synchronize()."""
+        if self._kolo_reducer is not None:
+            return self._kolo_reducer.submitted()
+        return len(self._kolo_inflight)
+
     def _kolo_pending(self):
+        if self._kolo_reducer is not None:
+            return self._kolo_reducer.pending()
         return bool(self._kolo_inflight) or any(
             d != self._kolo_passes for d in self._kolo_delay.values())
 
@@ -388,10 +441,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     Returns an optimizer of the same class (isinstance holds) sharing the
     wrapped optimizer's param_groups and state: LR schedulers, state_dict()
-    and load_state_dict() work on either. A post-hook on every parameter's
-    gradient accumulator enqueues that gradient's allreduce as soon as
-    backward produced it (after backward_passes_per_step passes, whose
-    gradients are summed); step() waits for them all and steps.
+    and load_state_dict() work on either. kolo's C++ gradient reducer hooks
+    every parameter's gradient accumulator and groups the gradients into
+    buckets (up to 25 MiB, in the order backward produces them); a bucket is
+    enqueued as one allreduce as soon as backward produced all of its
+    gradients (after backward_passes_per_step passes, whose gradients are
+    summed). Gradients are reduced in place: p.grad becomes an alias of its
+    region of the bucket. step() waits for the buckets and steps.
 
     op: Average, Sum or Adasum (Horovod's delta optimizer: step() applies the
     wrapped optimizer locally and combines the parameter changes with Adasum;

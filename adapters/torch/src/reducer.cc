@@ -1,0 +1,509 @@
+// GradientReducer: hooks, buckets, one request per bucket, in-place results.
+//
+// Threading: the hooks run on the thread that executes backward (for CPU
+// tensors the caller's thread; for CUDA tensors possibly an autograd device
+// thread); synchronize/reset_step on the user's thread. Impl::mu guards
+// every field below `mu`. Engine::enqueue never blocks, so it is called under
+// mu; the waits in synchronize() are not.
+#include "kolo/torch/reducer.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <exception>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "compat.h"
+#include "tensor_util.h"
+
+namespace kolo::torch {
+
+struct GradientReducer::Impl {
+  // One parameter that receives gradients.
+  struct Slot {
+    std::string name;
+    at::Tensor param;
+    std::shared_ptr<::torch::autograd::Node> accumulator;  // keeps our hook registered
+    uintptr_t hookKey = 0;
+    size_t bucket = 0;
+    int64_t offset = 0;  // elements into the bucket's flat buffer
+    int passes = 0;      // backward passes accumulated since the last synchronize
+    // The slot's region of the flat buffer, shaped like param (sharing its
+    // storage). Where inPlace, param.grad() is made this very tensor.
+    at::Tensor view;
+    bool inPlace = false;  // wire dtype == param dtype and param contiguous
+    // Set at submission: the result must be copied (or converted) back
+    // into param.grad() after the reduction, from `region`.
+    bool writeBack = false;
+    bool sparseGrad = false;  // param.grad() was sparse (sparse_as_dense)
+    at::Tensor region;
+    // Sparse gradient reduced by allgather (not sparse_as_dense).
+    bool sparse = false;
+    TensorHandle sparseIndices;
+    TensorHandle sparseValues;
+  };
+  struct Bucket {
+    std::string name;
+    std::vector<size_t> members;  // slot indices
+    int64_t numel = 0;
+    at::ScalarType wire = at::kFloat;
+    at::Device device = at::kCPU;
+    at::Tensor flat;
+    compat::ReadyEvent ready;  // CUDA: re-recorded at each submission
+    size_t readyMembers = 0;
+    bool submitted = false;
+    Handle handle;  // invalid when the bucket had only sparse members
+  };
+
+  Context* ctx = nullptr;
+  GradientReducerOptions options;
+  bool member = true;  // of options.process_set
+  bool countOnly = false;  // Adasum: count passes, reduce nothing
+
+  mutable std::mutex mu;
+  std::vector<Slot> slots;
+  std::vector<Bucket> buckets;
+  int inFlight = 0;  // gradients submitted since the last synchronize
+  uint64_t requests = 0;
+  bool synchronized = false;
+
+  [[noreturn]] void hookError(const std::string& message) {
+    if (options.hook_error) options.hook_error(message);
+    throw InvalidArgument(message);
+  }
+
+  // Hook: slot i's gradient has just been accumulated into param.grad().
+  void onAccumulated(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    Slot& s = slots[i];
+    const int bpps = options.backward_passes_per_step;
+    if (s.passes >= bpps) {
+      hookError("the gradient of '" + s.name + "' was computed more than " +
+                "backward_passes_per_step (" + std::to_string(bpps) +
+                ") times before step() or synchronize(); call step() after every " +
+                std::to_string(bpps) +
+                " backward pass(es) or increase backward_passes_per_step to accumulate "
+                "locally");
+    }
+    ++s.passes;
+    synchronized = false;
+    if (countOnly || s.passes < bpps) return;
+    Bucket& b = buckets[s.bucket];
+    if (b.submitted) {
+      hookError("the gradient of '" + s.name +
+                "' arrived after synchronize() had submitted its bucket without it; call "
+                "step() or zero_grad() before the next backward pass");
+    }
+    if (++b.readyMembers == b.members.size()) submitLocked(b);
+  }
+
+  // The bucket's flat buffer (and the slots' views) on the parameters'
+  // current device; made again if a parameter moved.
+  void ensureFlatLocked(Bucket& b) {
+    const at::Tensor& first = slots[b.members.front()].param;
+    if (b.flat.defined() && b.flat.device() == first.device()) return;
+    b.device = first.device();
+    b.flat = at::zeros({b.numel}, first.options().dtype(b.wire));
+    for (size_t i : b.members) {
+      Slot& s = slots[i];
+      // An alias of the bucket's storage that is not an autograd view:
+      // LibTorch's Optimizer::zero_grad() detach_()es gradients, which
+      // views refuse.
+      const auto sizes = s.param.sizes();
+      std::vector<int64_t> strides(sizes.size(), 1);
+      for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
+      s.view = at::empty({0}, b.flat.options()).set_(b.flat.storage(), s.offset, sizes, strides);
+    }
+  }
+
+  static bool isView(const at::Tensor& grad, const at::Tensor& view) {
+    return grad.unsafeGetTensorImpl() == view.unsafeGetTensorImpl() ||
+           (grad.data_ptr() == view.data_ptr() && grad.scalar_type() == view.scalar_type() &&
+            grad.sizes() == view.sizes() && grad.strides() == view.strides());
+  }
+
+  // Enqueues bucket b: sparse members by allgather, the dense ones as one
+  // allreduce of the flat buffer. The layout is the fixed one unless sparse
+  // members are left out (then the dense ones are packed and copied back).
+  void submitLocked(Bucket& b) {
+    at::NoGradGuard noGrad;
+    b.submitted = true;
+    inFlight += static_cast<int>(b.members.size());
+    std::vector<size_t> dense;
+    for (size_t i : b.members) {
+      Slot& s = slots[i];
+      const at::Tensor grad = s.param.grad();
+      if (grad.defined() && grad.is_sparse() && !options.sparse_as_dense) {
+        submitSparseLocked(s, grad);
+      } else {
+        dense.push_back(i);
+      }
+    }
+    if (dense.empty()) return;
+    ensureFlatLocked(b);
+    const bool fixedLayout = dense.size() == b.members.size();
+    int64_t offset = 0;
+    for (size_t i : dense) {
+      Slot& s = slots[i];
+      at::Tensor region =
+          fixedLayout ? s.view
+                      : b.flat.narrow(0, offset, s.param.numel()).view(s.param.sizes());
+      offset += s.param.numel();
+      at::Tensor grad = s.param.grad();
+      s.sparseGrad = grad.defined() && grad.is_sparse();
+      s.writeBack = false;
+      if (!grad.defined()) {
+        region.zero_();
+      } else if (s.sparseGrad) {
+        region.copy_(grad.to_dense());
+      } else if (fixedLayout && s.inPlace && isView(grad, region)) {
+        continue;  // accumulated into the bucket already
+      } else {
+        region.copy_(grad);
+      }
+      if (fixedLayout && s.inPlace && !s.sparseGrad) {
+        // From now on the gradient lives in the bucket: reduced in place,
+        // and the next backward accumulates into it.
+        s.param.mutable_grad() = region;
+      } else {
+        s.writeBack = true;
+        s.region = region;
+      }
+    }
+    at::Tensor work = fixedLayout ? b.flat : b.flat.narrow(0, 0, offset);
+    Request request;
+    request.name = b.name;
+    request.op = OpType::kAllreduce;
+    detail::describeTensor(work, detail::what("allreduce", b.name), request);
+    request.reduceOp = options.op;
+    request.processSet = options.process_set.id();
+    if (options.op == ReduceOp::kAverage) {
+      request.prescale = 1.0 / options.gradient_predivide_factor;
+      request.postscale = options.gradient_predivide_factor;
+    }
+    Entry entry;
+    entry.input = work.data_ptr();
+    entry.output = work.data_ptr();
+    // Recorded on the current stream: in a hook autograd's stream that
+    // produced the gradients (and ran the copies above); in synchronize()
+    // the caller's. Re-recording is safe: the previous step's submission
+    // was enqueued (synchronize waited for that) before this one.
+    entry.readyEvent = b.ready.record(work);
+    b.handle = ctx->engine().enqueue(std::move(request), std::move(entry));
+    ++requests;
+  }
+
+  void submitSparseLocked(Slot& s, const at::Tensor& grad) {
+    s.sparse = true;
+    const std::string name = options.name_prefix + s.name;
+    s.sparseIndices = ctx->allgather_async(grad._indices().t().contiguous(), name + ".indices",
+                                           options.process_set);
+    s.sparseValues =
+        ctx->allgather_async(grad._values().contiguous(), name + ".values", options.process_set);
+    requests += 2;
+  }
+
+  // Slot s's result into its parameter's gradient, where it is not there.
+  void writeBackLocked(Slot& s) {
+    at::NoGradGuard noGrad;
+    if (s.sparse) {
+      // As Horovod: every rank's entries, uncoalesced; Average divides them.
+      at::Tensor values = s.sparseValues.wait();
+      // The set's size now (elastic training may have changed it).
+      if (options.op == ReduceOp::kAverage) {
+        values = values / ctx->process_set_info(options.process_set).size();
+      }
+      s.param.mutable_grad() = at::sparse_coo_tensor(
+          s.sparseIndices.wait().t(), values.to(s.param.scalar_type()), s.param.sizes());
+      return;
+    }
+    if (!s.writeBack) return;
+    at::Tensor grad = s.param.grad();
+    if (s.sparseGrad) {
+      s.param.mutable_grad() = s.region.to(s.param.scalar_type()).to_sparse();
+    } else if (grad.defined()) {
+      grad.copy_(s.region);
+    } else {
+      s.param.mutable_grad() =
+          s.region.to(s.param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    }
+  }
+
+  void resetStepLocked() {
+    for (Slot& s : slots) {
+      s.passes = 0;
+      s.writeBack = false;
+      s.region = at::Tensor();
+      s.sparse = false;
+      s.sparseIndices = TensorHandle();
+      s.sparseValues = TensorHandle();
+    }
+    for (Bucket& b : buckets) {
+      b.readyMembers = 0;
+      b.submitted = false;
+      b.handle = Handle();
+    }
+    inFlight = 0;
+  }
+
+  // Handles of everything submitted (engine level), under mu.
+  std::vector<std::pair<Handle, at::Device>> inFlightLocked() const {
+    std::vector<std::pair<Handle, at::Device>> out;
+    for (const Bucket& b : buckets) {
+      if (b.submitted && b.handle.valid()) out.emplace_back(b.handle, b.device);
+    }
+    for (const Slot& s : slots) {
+      if (!s.sparse) continue;
+      out.emplace_back(s.sparseIndices.handle(), s.param.device());
+      out.emplace_back(s.sparseValues.handle(), s.param.device());
+    }
+    return out;
+  }
+};
+
+namespace {
+
+class ReducerHook : public ::torch::autograd::FunctionPostHook {
+ public:
+  ReducerHook(std::weak_ptr<GradientReducer::Impl> impl, size_t index)
+      : impl_(std::move(impl)), index_(index) {}
+
+  ::torch::autograd::variable_list operator()(
+      const ::torch::autograd::variable_list& outputs,
+      const ::torch::autograd::variable_list& /*inputs*/) override {
+    if (auto impl = impl_.lock()) impl->onAccumulated(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<GradientReducer::Impl> impl_;
+  size_t index_;
+};
+
+int64_t wireBytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+
+}  // namespace
+
+GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>> params,
+                                 GradientReducerOptions options, Context& ctx)
+    : impl_(std::make_shared<Impl>()) {
+  Impl& st = *impl_;
+  const auto& o = options;
+  KOLO_CHECK_ARG(o.backward_passes_per_step >= 1,
+                 "GradientReducer: backward_passes_per_step must be >= 1, got " +
+                     std::to_string(o.backward_passes_per_step));
+  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum ||
+                     o.op == ReduceOp::kAdasum,
+                 std::string("GradientReducer: op must be Average, Sum or Adasum, got ") +
+                     toString(o.op));
+  KOLO_CHECK_ARG(o.gradient_predivide_factor > 0.0,
+                 "GradientReducer: gradient_predivide_factor must be > 0");
+  KOLO_CHECK_ARG(o.gradient_predivide_factor == 1.0 || o.op == ReduceOp::kAverage,
+                 "GradientReducer: gradient_predivide_factor needs op == Average");
+  KOLO_CHECK_ARG(o.bucket_bytes >= 0, "GradientReducer: bucket_bytes must be >= 0");
+  st.ctx = &ctx;
+  st.options = std::move(options);
+  st.countOnly = st.options.op == ReduceOp::kAdasum;
+  const ProcessSetInfo setInfo = ctx.process_set_info(st.options.process_set);
+  st.member = setInfo.included();
+
+  std::unordered_map<std::string, size_t> slotOf;
+  for (auto& [name, param] : params) {
+    KOLO_CHECK_ARG(!name.empty(), "GradientReducer: a parameter has an empty name");
+    KOLO_CHECK_ARG(param.defined(), "GradientReducer: parameter '" + name + "' is undefined");
+    KOLO_CHECK_ARG(slotOf.emplace(name, st.slots.size()).second,
+                   "GradientReducer: parameter name '" + name + "' appears twice");
+    KOLO_CHECK_ARG(param.is_leaf(), "GradientReducer: parameter '" + name +
+                                        "' is not a leaf tensor");
+    Impl::Slot slot;
+    slot.name = name;
+    slot.param = param;
+    st.slots.push_back(std::move(slot));
+  }
+
+  auto wireOf = [&](const at::Tensor& p) {
+    const at::ScalarType t = p.scalar_type();
+    if (t == at::kFloat || t == at::kDouble) {
+      if (st.options.compression == Compression::kFP16) return at::kHalf;
+      if (st.options.compression == Compression::kBF16) return at::kBFloat16;
+    }
+    return t;
+  };
+  // Appends a bucket of `members`, split where device or wire dtype change
+  // (and, for automatic buckets, at cap bytes).
+  auto addBuckets = [&](const std::vector<size_t>& members, int64_t cap) {
+    Impl::Bucket* b = nullptr;
+    int64_t bytes = 0;
+    for (size_t i : members) {
+      Impl::Slot& s = st.slots[i];
+      const at::ScalarType wire = wireOf(s.param);
+      const int64_t size = s.param.numel() * wireBytes(wire);
+      if (b == nullptr || b->wire != wire || b->device != s.param.device() ||
+          (cap >= 0 && bytes + size > cap && !b->members.empty())) {
+        st.buckets.emplace_back();
+        b = &st.buckets.back();
+        b->wire = wire;
+        b->device = s.param.device();
+        bytes = 0;
+      }
+      s.bucket = st.buckets.size() - 1;
+      s.offset = b->numel;
+      s.inPlace = wire == s.param.scalar_type() && s.param.is_contiguous();
+      b->members.push_back(i);
+      b->numel += s.param.numel();
+      bytes += size;
+    }
+  };
+  std::vector<bool> grouped(st.slots.size(), false);
+  for (size_t g = 0; g < st.options.groups.size(); ++g) {
+    std::vector<size_t> members;
+    for (size_t i : st.options.groups[g]) {
+      KOLO_CHECK_ARG(i < st.slots.size(), "GradientReducer: group " + std::to_string(g) +
+                                              " names parameter " + std::to_string(i) +
+                                              " of " + std::to_string(st.slots.size()));
+      KOLO_CHECK_ARG(!grouped[i], "GradientReducer: parameter '" + st.slots[i].name +
+                                      "' is in more than one group");
+      grouped[i] = true;
+      members.push_back(i);
+    }
+    addBuckets(members, -1);
+  }
+  std::vector<size_t> rest;
+  for (size_t i = st.slots.size(); i-- > 0;) {
+    if (!grouped[i]) rest.push_back(i);
+  }
+  addBuckets(rest, st.options.bucket_bytes);
+  for (auto& b : st.buckets) {
+    const std::string& first = st.slots[b.members.front()].name;
+    b.name = st.options.name_prefix + first;
+    if (b.members.size() > 1) b.name += "+" + std::to_string(b.members.size() - 1);
+  }
+
+  // Hooks last, so a throwing constructor leaves no hook behind. Outside
+  // the process set nothing is reduced, so no hooks.
+  for (size_t i = 0; st.member && i < st.slots.size(); ++i) {
+    Impl::Slot& slot = st.slots[i];
+    slot.accumulator = ::torch::autograd::impl::grad_accumulator(slot.param);
+    KOLO_ENFORCE(slot.accumulator != nullptr,
+                 "no gradient accumulator for parameter '" + slot.name + "'");
+    slot.hookKey = slot.accumulator->add_post_hook(
+        std::make_unique<ReducerHook>(std::weak_ptr<Impl>(impl_), i));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  std::vector<std::pair<Handle, at::Device>> pending;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& slot : impl_->slots) {
+      if (slot.accumulator) slot.accumulator->del_post_hook(slot.hookKey);
+    }
+    pending = impl_->inFlightLocked();
+  }
+  // The engine may still read and write the buckets.
+  for (const auto& entry : pending) entry.first.waitFor(std::chrono::hours(24));
+}
+
+void GradientReducer::synchronize() {
+  Impl& st = *impl_;
+  std::vector<std::pair<Handle, at::Device>> handles;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.countOnly || st.synchronized) return;
+    if (!st.member) {
+      st.synchronized = true;  // the local gradients stay as they are
+      return;
+    }
+    // Every rank must submit every bucket: fill in what the hooks did not.
+    for (auto& b : st.buckets) {
+      if (!b.submitted) st.submitLocked(b);
+    }
+    handles = st.inFlightLocked();
+  }
+  std::exception_ptr error;
+  try {
+    compat::waitAllOnCurrentStream(handles);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!error) {
+    try {
+      for (auto& s : st.slots) st.writeBackLocked(s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  st.resetStepLocked();
+  st.synchronized = true;
+  if (error) std::rethrow_exception(error);
+}
+
+void GradientReducer::reset_step() {
+  std::vector<std::pair<Handle, at::Device>> pending;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    pending = impl_->inFlightLocked();
+  }
+  // The engine may still write into the buckets until they end.
+  for (const auto& entry : pending) entry.first.waitFor(std::chrono::hours(24));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->resetStepLocked();
+  impl_->synchronized = false;
+}
+
+void GradientReducer::clear_passes() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  KOLO_CHECK_ARG(impl_->inFlight == 0,
+                 "GradientReducer: gradients are in flight; call synchronize() first");
+  impl_->resetStepLocked();
+  impl_->synchronized = false;
+}
+
+bool GradientReducer::pending() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->inFlight > 0) return true;
+  for (const auto& s : impl_->slots) {
+    if (s.passes > 0) return true;
+  }
+  return false;
+}
+
+int GradientReducer::submitted() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->inFlight;
+}
+
+void GradientReducer::set_backward_passes_per_step(int passes) {
+  KOLO_CHECK_ARG(passes >= 1, "backward_passes_per_step must be >= 1, got " +
+                                  std::to_string(passes));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  KOLO_CHECK_ARG(impl_->inFlight == 0,
+                 "backward_passes_per_step cannot change while gradients are in flight; call "
+                 "synchronize() or step() first");
+  impl_->options.backward_passes_per_step = passes;
+  for (auto& s : impl_->slots) s.passes = 0;
+  for (auto& b : impl_->buckets) b.readyMembers = 0;
+}
+
+const GradientReducerOptions& GradientReducer::options() const { return impl_->options; }
+
+std::vector<std::vector<std::string>> GradientReducer::buckets() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : impl_->buckets) {
+    out.emplace_back();
+    for (size_t i : b.members) out.back().push_back(impl_->slots[i].name);
+  }
+  return out;
+}
+
+uint64_t GradientReducer::requests() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->requests;
+}
+
+}  // namespace kolo::torch

@@ -1,0 +1,100 @@
+// GradientReducer (kolo/torch/reducer.h) for kolo.torch.DistributedOptimizer:
+// the gradient hooks, buckets and waits run in C++; the Python optimizer keeps
+// Horovod's API on top (kolo/torch/optimizer.py).
+//
+// GIL: synchronize, reset_step and the destructor wait on the engine and run
+// without it. The hooks run inside backward, which PyTorch runs without the
+// GIL; only an error in a hook takes it, to raise Horovod's AssertionError.
+#include <torch/csrc/Exceptions.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "kolo/torch/reducer.h"
+
+namespace kolo::python {
+
+namespace kt = kolo::torch;
+using Release = py::call_guard<py::gil_scoped_release>;
+
+namespace {
+
+// Destroys a reducer without the GIL: its destructor waits for reductions in
+// flight.
+struct ReleasingDelete {
+  void operator()(kt::GradientReducer* reducer) const {
+    py::gil_scoped_release release;
+    delete reducer;
+  }
+};
+
+// Raises AssertionError(message) in the Python thread that runs backward.
+[[noreturn]] void raiseAssertion(const std::string& message) {
+  py::gil_scoped_acquire gil;
+  PyErr_SetString(PyExc_AssertionError, message.c_str());
+  python_error error;
+  error.persist();
+  throw error;
+}
+
+}  // namespace
+
+void bindReducer(py::module_& m) {
+  py::class_<kt::GradientReducer, std::unique_ptr<kt::GradientReducer, ReleasingDelete>>(
+      m, "GradientReducer",
+      "Gradient hooks, buckets and in-place reductions for the parameters given "
+      "(see kolo/torch/reducer.h).")
+      .def(py::init([](std::vector<std::pair<std::string, at::Tensor>> params,
+                       int backward_passes_per_step, ReduceOp op, const std::string& compression,
+                       double gradient_predivide_factor,
+                       std::vector<std::vector<size_t>> groups, const std::string& name_prefix,
+                       bool sparse_as_dense, int process_set, int64_t bucket_bytes) {
+             kt::GradientReducerOptions o;
+             o.backward_passes_per_step = backward_passes_per_step;
+             o.op = op;
+             if (compression == "fp16") {
+               o.compression = kt::Compression::kFP16;
+             } else if (compression == "bf16") {
+               o.compression = kt::Compression::kBF16;
+             } else {
+               KOLO_CHECK_ARG(compression == "none",
+                              "GradientReducer: compression must be none, fp16 or bf16, got '" +
+                                  compression + "'");
+             }
+             o.gradient_predivide_factor = gradient_predivide_factor;
+             o.groups = std::move(groups);
+             o.name_prefix = name_prefix;
+             o.sparse_as_dense = sparse_as_dense;
+             o.process_set = kt::ProcessSet(process_set);
+             o.bucket_bytes = bucket_bytes;
+             o.hook_error = raiseAssertion;
+             return std::unique_ptr<kt::GradientReducer, ReleasingDelete>(
+                 new kt::GradientReducer(std::move(params), std::move(o),
+                                         kt::default_context()));
+           }),
+           py::arg("params"), py::arg("backward_passes_per_step"), py::arg("op"),
+           py::arg("compression"), py::arg("gradient_predivide_factor"), py::arg("groups"),
+           py::arg("name_prefix"), py::arg("sparse_as_dense"), py::arg("process_set"),
+           py::arg("bucket_bytes"))
+      .def("synchronize", &kt::GradientReducer::synchronize, Release(),
+           "Submits what the hooks did not, waits, writes results into p.grad.")
+      .def("reset_step", &kt::GradientReducer::reset_step, Release(),
+           "Waits for reductions in flight (ignoring errors) and forgets the step.")
+      .def("clear_passes", &kt::GradientReducer::clear_passes,
+           "Forgets counted backward passes (nothing may be in flight).")
+      .def("pending", &kt::GradientReducer::pending,
+           "Backward passes were counted or reductions are in flight.")
+      .def("submitted", &kt::GradientReducer::submitted,
+           "Gradients submitted since the last synchronize().")
+      .def("set_backward_passes_per_step", &kt::GradientReducer::set_backward_passes_per_step,
+           py::arg("passes"))
+      .def("buckets", &kt::GradientReducer::buckets,
+           "Member parameter names of each bucket, in submission order.")
+      .def("requests", &kt::GradientReducer::requests,
+           "Engine requests (buckets, sparse allgathers) enqueued so far.");
+}
+
+}  // namespace kolo::python

@@ -1,0 +1,198 @@
+// GradientReducer: buckets (one engine request each, stable names, cache
+// hits), gradients reduced in place, results against plain LibTorch. Ranks
+// as threads.
+#include <gtest/gtest.h>
+
+#include <kolo/torch.h>
+#include <kolo/torch/reducer.h>
+
+#include <string>
+#include <vector>
+
+#include "compat.h"
+#include "harness/harness.h"
+
+namespace {
+
+namespace kt = kolo::torch;
+using kolo::test::spawn;
+
+class TorchReducer : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::set_num_threads(1); }
+};
+
+struct Mlp : torch::nn::Module {
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(5, 7));
+    fc2 = register_module("fc2", torch::nn::Linear(7, 3));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+at::Tensor input(int rank, int step) {
+  return torch::arange(20, torch::kDouble).reshape({4, 5}) * 0.01 * (rank + 1) + 0.1 * step;
+}
+
+// The average over ranks of each rank's plain LibTorch gradients.
+std::vector<at::Tensor> referenceGrads(const Mlp& init, int ranks, int step) {
+  std::vector<at::Tensor> sum;
+  for (int r = 0; r < ranks; ++r) {
+    auto net = std::make_shared<Mlp>();
+    net->to(torch::kDouble);
+    {
+      torch::NoGradGuard noGrad;
+      auto src = init.parameters();
+      auto dst = net->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    net->forward(input(r, step)).pow(2).sum().backward();
+    auto ps = net->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (r == 0) {
+        sum.push_back(ps[i].grad().clone());
+      } else {
+        sum[i] += ps[i].grad();
+      }
+    }
+  }
+  for (auto& g : sum) g /= ranks;
+  return sum;
+}
+
+// Every gradient of a small model in one bucket: one request per step, named
+// by its first member (backward order), the same on every step; the engine's
+// response cache answers from the second step on. The gradients are reduced
+// in place (param.grad() keeps its memory from one step to the next) and
+// equal the average of plain LibTorch gradients: bitwise on one rank.
+TEST_F(TorchReducer, OneRequestPerBucketInPlace) {
+  for (int ranks : {1, 2, 3}) {
+    torch::manual_seed(11);
+    auto init = std::make_shared<Mlp>();
+    init->to(torch::kDouble);
+    spawn(ranks, [&](int rank, kolo::Engine& engine) {
+      kt::Context ctx(engine);
+      auto net = std::make_shared<Mlp>();
+      net->to(torch::kDouble);
+      {
+        torch::NoGradGuard noGrad;
+        auto src = init->parameters();
+        auto dst = net->parameters();
+        for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+      }
+      kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
+      // Only zero_grad: LibTorch's detach_()es each gradient, which an
+      // autograd view of the bucket would refuse.
+      torch::optim::SGD zeroer(net->parameters(), torch::optim::SGDOptions(0.0));
+      const auto buckets = reducer.buckets();
+      ASSERT_EQ(buckets.size(), 1u);
+      EXPECT_EQ(buckets[0], (std::vector<std::string>{"fc2.bias", "fc2.weight", "fc1.bias",
+                                                      "fc1.weight"}));
+      std::vector<const void*> where;
+      const kolo::EngineStats before = engine.stats();
+      for (int step = 0; step < 3; ++step) {
+        kolo::torch::compat::zeroGrad(zeroer, /*setToNone=*/false);
+        net->forward(input(rank, step)).pow(2).sum().backward();
+        EXPECT_EQ(reducer.submitted(), 4) << "the hook did not submit the bucket";
+        std::vector<const void*> now;
+        for (auto& p : net->parameters()) now.push_back(p.grad().data_ptr());
+        reducer.synchronize();
+        auto ps = net->parameters();
+        auto ref = referenceGrads(*init, ranks, step);
+        for (size_t i = 0; i < ps.size(); ++i) {
+          EXPECT_EQ(ps[i].grad().data_ptr(), now[i]) << "reduced out of place, param " << i;
+          if (ranks == 1) {
+            EXPECT_TRUE(torch::equal(ps[i].grad(), ref[i])) << "param " << i;
+          } else {
+            EXPECT_TRUE(torch::allclose(ps[i].grad(), ref[i], 1e-12, 1e-14)) << "param " << i;
+          }
+        }
+        // From the second backward on, gradients accumulate in the bucket.
+        if (step > 0) EXPECT_EQ(now, where);
+        where = now;  // the parameters stay: each step's reference starts from init
+      }
+      EXPECT_EQ(reducer.requests(), 3u);
+      const kolo::EngineStats after = engine.stats();
+      EXPECT_EQ(after.responses - before.responses, 3u);
+      if (ranks > 1) EXPECT_GE(after.cachedResponses - before.cachedResponses, 2u);
+    });
+  }
+}
+
+// bucket_bytes caps buckets (a parameter larger than the cap goes alone);
+// explicit groups are buckets of their own, in the order given; compressed
+// gradients travel as float16 and are written back as float32.
+TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
+  spawn(2, [&](int rank, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    torch::manual_seed(5);
+    auto net = std::make_shared<Mlp>();  // fc1: 35 + 7 floats, fc2: 21 + 3
+    auto plain = std::make_shared<Mlp>();
+    {
+      torch::NoGradGuard noGrad;
+      auto src = net->parameters();
+      auto dst = plain->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    const at::Tensor x = torch::ones({2, 5});
+    // This rank's loss is (rank + 1) times the same function: the average
+    // gradient is (ranks + 1) / 2 times plain's.
+    plain->forward(x).sum().backward();
+    {
+      kt::GradientReducerOptions o;
+      o.bucket_bytes = 100;  // 25 floats
+      kt::GradientReducer capped(kt::to_named_tensors(net->named_parameters()), o, ctx);
+      EXPECT_EQ(capped.buckets(), (std::vector<std::vector<std::string>>{
+                                      {"fc2.bias", "fc2.weight"}, {"fc1.bias"}, {"fc1.weight"}}));
+      (net->forward(x).sum() * (rank + 1)).backward();
+      EXPECT_EQ(capped.requests(), 3u);
+      capped.synchronize();
+      auto ps = net->parameters(), qs = plain->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(ps[i].grad(), qs[i].grad() * 1.5)) << i;
+      }
+    }
+    kt::GradientReducerOptions g;
+    g.groups = {{0, 3}};  // fc1.weight with fc2.bias
+    g.compression = kt::Compression::kFP16;
+    kt::GradientReducer grouped(kt::to_named_tensors(net->named_parameters()), g, ctx);
+    EXPECT_EQ(grouped.buckets(), (std::vector<std::vector<std::string>>{
+                                     {"fc1.weight", "fc2.bias"}, {"fc2.weight", "fc1.bias"}}));
+    for (auto& p : net->parameters()) p.mutable_grad().reset();  // set_to_none
+    (net->forward(x).sum() * (rank + 1)).backward();
+    grouped.synchronize();
+    EXPECT_EQ(grouped.requests(), 2u);
+    auto ps = net->parameters(), qs = plain->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(ps[i].grad().scalar_type(), torch::kFloat);
+      EXPECT_TRUE(torch::allclose(ps[i].grad(), qs[i].grad() * 1.5, 2e-3, 2e-3)) << i;
+    }
+  });
+}
+
+// A parameter that backward never reaches on some rank contributes zeros;
+// gradients with set_to_none are copied into the bucket and become its
+// views.
+TEST_F(TorchReducer, UnusedParametersAndSetToNone) {
+  spawn(2, [&](int rank, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    torch::manual_seed(5);
+    auto net = std::make_shared<Mlp>();
+    kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
+    for (int step = 0; step < 2; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad().reset();
+      // Rank 1 skips fc2: its bucket waits for synchronize().
+      at::Tensor h = torch::tanh(net->fc1(torch::ones({2, 5})));
+      at::Tensor loss = rank == 0 ? net->fc2(h).sum() : h.sum();
+      loss.backward();
+      EXPECT_EQ(reducer.submitted(), rank == 0 ? 4 : 0);
+      reducer.synchronize();
+      EXPECT_TRUE(net->fc2->bias.grad().defined());
+      // fc2.bias's gradient: rank 0's ones(3)*2 averaged with rank 1's zeros.
+      EXPECT_TRUE(torch::equal(net->fc2->bias.grad(), torch::ones({3})));
+    }
+  });
+}
+
+}  // namespace
