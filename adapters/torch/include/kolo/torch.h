@@ -551,8 +551,8 @@ struct DistributedOptimizerOptions {
   /// Gradients are reduced among this set's ranks. On ranks outside it the
   /// optimizer steps on local gradients (as Horovod's does).
   ProcessSet process_set;
-  // Gradients are reduced in buckets of consecutive parameters (in reverse
-  // order, as backward produces them) of up to this many bytes, one request
+  /// Gradients are reduced in buckets of consecutive parameters (in reverse
+  /// order, as backward produces them) of up to this many bytes, one request
   /// per bucket; param.grad() becomes a view of its bucket, reduced in place
   /// (see kolo/torch/reducer.h). 0: one bucket per parameter. Explicit
   /// groups are buckets of their own.

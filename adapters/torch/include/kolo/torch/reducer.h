@@ -1,6 +1,7 @@
-// kolo::torch::GradientReducer: the gradient reducer behind both
-// DistributedOptimizers (C++ kolo::torch::DistributedOptimizer and Python
-// kolo.torch.DistributedOptimizer).
+/// \file
+/// kolo::torch::GradientReducer: the gradient reducer behind both
+/// DistributedOptimizers (C++ kolo::torch::DistributedOptimizer and Python
+/// kolo.torch.DistributedOptimizer).
 #pragma once
 
 #include <torch/torch.h>
