@@ -223,7 +223,7 @@ if(_kolo_torch_mm VERSION_LESS KOLO_TORCH_MIN_VERSION)
 endif()
 if(_kolo_torch_mm VERSION_GREATER KOLO_TORCH_MAX_TESTED_VERSION)
   message(WARNING "LibTorch ${Torch_VERSION} is newer than the newest tested "
-                  "(${KOLO_TORCH_MAX_TESTED_VERSION}); see README 'Supported PyTorch versions'")
+                  "(${KOLO_TORCH_MAX_TESTED_VERSION}); see docs/install.md, 'Supported versions'")
 endif()
 get_filename_component(KOLO_TORCH_LIBRARY_DIR "${TORCH_LIBRARY}" DIRECTORY)
 if(TORCH_CUDA_LIBRARIES)

@@ -1,4 +1,4 @@
-// kolorun: starts a kolo job. See `kolorun --help` and launcher/README-section.md.
+// kolorun: starts a kolo job. See `kolorun --help` and docs/running/kolorun.md.
 #include <fcntl.h>
 #include <unistd.h>
 

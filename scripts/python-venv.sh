@@ -9,7 +9,7 @@
 #
 #   scripts/python-venv.sh [--torch VERSION] [--no-kolo] DIR
 #     --torch VERSION  torch from the package index (default 2.11.0, or
-#                      $KOLO_TORCH_VERSION); README "Supported PyTorch versions"
+#                      $KOLO_TORCH_VERSION); docs/install.md
 #     --no-kolo        stop after torch and the build tools (scripts/test.sh's
 #                      cached environment)
 #

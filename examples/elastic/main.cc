@@ -48,18 +48,32 @@ struct Args {
   std::string data = KOLO_FASHION_MNIST_DIR;
 };
 
+const char kUsage[] =
+    "usage: elastic_fashion_mnist [--epochs N] [--batch-size B] "
+    "[--commit-every K] [--lr LR] [--data DIR]\n";
+
+// Every option takes a value; --help (or -h) prints the usage and exits 0,
+// anything else (an unknown option, a missing value) prints it and exits 2.
 Args parseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "elastic_fashion_mnist: %s needs a value\n%s", k.c_str(), kUsage);
+      std::exit(2);
+    }
+    std::string v = argv[i + 1];
     if (k == "--epochs") a.epochs = std::stoi(v);
     else if (k == "--batch-size") a.batchSize = std::stoll(v);
     else if (k == "--commit-every") a.commitEvery = std::stoll(v);
     else if (k == "--lr") a.lr = std::stod(v);
     else if (k == "--data") a.data = v;
     else {
-      std::fprintf(stderr, "usage: elastic_fashion_mnist [--epochs N] [--batch-size B] "
-                           "[--commit-every K] [--lr LR] [--data DIR]\n");
+      std::fprintf(stderr, "elastic_fashion_mnist: unknown option %s\n%s", k.c_str(), kUsage);
       std::exit(2);
     }
   }

@@ -102,7 +102,7 @@ def _adasum_pair(a, b):
 
 
 def adasum_reference(vectors):
-    """The tree of README "Adasum": fold ranks p.. into 0.., then pairs."""
+    """The tree of docs/guides/adasum.md: fold ranks p.. into 0.., then pairs."""
     v = [x.double() for x in vectors]
     n = len(v)
     p = 1

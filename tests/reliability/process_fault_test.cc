@@ -10,7 +10,7 @@
 //   - kolorun exits non-zero within the same bound and names a rank;
 //   - no worker is left, stopped ones included.
 // It prints "[detect] <backend> <fault> np=<n>: ..." with the measured
-// detection times (quoted in README "Reliability").
+// detection times (quoted in docs/developers/reliability.md).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 
-# The supported torch range (README "Supported PyTorch versions"); kept in
+# The supported torch range (docs/install.md); kept in
 # step with cmake/KoloTorch.cmake.
 MIN_TORCH = (1, 13)
 INSTALL_HINT = "pip install --no-build-isolation ."

@@ -3,7 +3,7 @@
 The PyTorch API lives in :mod:`kolo.torch`. This package holds the compiled
 extension (``kolo._kolo``), the error classes shared by every framework
 binding, and ``kolo.run`` (horovod.run: a function on every rank of a
-kolorun job, results in rank order; :mod:`kolo.runner`).
+kolorun job, results in rank order; ``kolo.runner``).
 """
 import sys as _sys
 

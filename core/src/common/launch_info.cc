@@ -94,7 +94,7 @@ Rendezvous rankZeroHosted(const EnvReader& env, const Identity& id,
   rv.secret = env.str("KOLO_SECRET_KEY");
   if (rv.secret.empty()) {
     // Not secret, but shared by the job's processes and different per job;
-    // the README says to set KOLO_SECRET_KEY on untrusted networks.
+    // docs/reference/environment.md says to set KOLO_SECRET_KEY on untrusted networks.
     rv.secret = "kolo-insecure:" + env.str("TORCHELASTIC_RUN_ID", env.str("SLURM_JOB_ID", "")) +
                 ":" + rv.addr + ":" + std::to_string(rv.port);
   }

@@ -83,7 +83,7 @@ inline constexpr ReduceOp Max = ReduceOp::kMax;
 /// Elementwise product over ranks.
 inline constexpr ReduceOp Product = ReduceOp::kProduct;
 /// Adaptive summation (floating types, allreduce only; CPU tensors only for
-/// now, CUDA ones throw InvalidArgument): see README "Adasum".
+/// now, CUDA ones throw InvalidArgument): see docs/guides/adasum.md.
 inline constexpr ReduceOp Adasum = ReduceOp::kAdasum;
 
 /// (name, tensor) pairs, as Module::named_parameters() lists them; names

@@ -21,7 +21,7 @@ and grows when the cluster does. ``KoloConfig`` is the Ray Train backend:
 Ray Train V2's ``ray.train.v2.api.data_parallel_trainer.DataParallelTrainer``
 (the default in Ray >= 2.50; the V1 class
 ``ray.train.data_parallel_trainer.DataParallelTrainer`` works too, with
-``RAY_TRAIN_V2_ENABLED=0``). See :mod:`kolo.ray.train`.
+``RAY_TRAIN_V2_ENABLED=0``). See ``kolo.ray.train``.
 
 Ray is an optional dependency: ``pip install "ray[train]"``. ``import
 kolo.torch`` never imports Ray.
@@ -35,7 +35,7 @@ from kolo.ray.elastic import ElasticRayExecutor  # noqa: E402,F401
 
 
 def __getattr__(name):
-    """``KoloConfig`` and ``KoloBackend``, imported from :mod:`kolo.ray.train`
+    """``KoloConfig`` and ``KoloBackend``, imported from ``kolo.ray.train``
     on first use (it needs Ray Train, the others need only Ray)."""
     # The Ray Train backend lives in its own module; loaded on first use.
     if name in ("KoloConfig", "KoloBackend"):

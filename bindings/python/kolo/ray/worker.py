@@ -3,8 +3,8 @@
 The driver creates the actor, asks where it landed (node_info), then calls
 setup() once with the rank's identity, the rendezvous address and the job's
 secret. setup() puts them into this actor process's own os.environ, where
-kolo.torch.init() reads them (the KOLO_* variables of the README's
-"Configuration"); they travel as arguments of that one method call, never
+kolo.torch.init() reads them (the KOLO_* variables of docs/reference/environment.md,
+"Identity and rendezvous"); they travel as arguments of that one method call, never
 on a command line or in another process's environment. The user's function
 then calls hvd.init() as it would under kolorun.
 

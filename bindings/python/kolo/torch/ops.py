@@ -36,7 +36,7 @@ Max = ReduceOp.Max
 """Elementwise maximum over the ranks."""
 Product = ReduceOp.Product
 """Elementwise product over the ranks."""
-Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (see README "Adasum")
+Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (docs/guides/adasum.md)
 """Adaptive summation (Maleki et al.): for allreduce of floating-point
 tensors on the CPU only (CUDA tensors raise KoloInvalidArgumentError)."""
 

@@ -8,8 +8,8 @@
 // those are fresh mmaps (page faults on every call), which makes one 64 MB
 // allreduce several times slower than sixteen 4 MB ones. Its non-blocking
 // allreduce (libnbc) is fastest with pieces of 0.5-2 MiB: 64 MB, 2 ranks,
-// busbw 3.1-3.8 GB/s at 1 MiB vs 1.8-2.1 at 4 MiB (README, "Running under
-// MPI", has the measurements).
+// busbw 3.1-3.8 GB/s at 1 MiB vs 1.8-2.1 at 4 MiB (docs/benchmarks.md, "MPI in
+// pieces", has the measurements).
 //
 // Threading: as comm::Collectives (one calling thread, same order on every
 // rank).

@@ -100,6 +100,7 @@ class GradientReducer {
   int submitted() const;
   /// Changes backward_passes_per_step and restarts the pass counts.
   void set_backward_passes_per_step(int passes);
+  /// The options it was made with (backward_passes_per_step as last set).
   const GradientReducerOptions& options() const;
   /// The buckets: member parameter names, in submission order.
   std::vector<std::vector<std::string>> buckets() const;
