@@ -2,9 +2,10 @@
 # Downloads (does not install) the Debian bookworm .debs that scripts/gpu-check
 # unpacks on a GPU machine that has no package registry: Gloo and what its
 # library links (hiredis, ibverbs, libnl), fmt, spdlog, GoogleTest/GoogleMock,
-# CLI11 and FlatBuffers (library, flatc, and flatc's CMake target). Run it
-# here, on a Debian machine with apt; the folder then travels to the GPU
-# machine with the working tree (`.debs` is git-ignored: carry it).
+# CLI11, FlatBuffers (library, flatc, and flatc's CMake target) and yaml-cpp
+# (kolorun --config-file). Run it here, on a Debian machine with apt; the
+# folder then travels to the GPU machine with the working tree (`.debs` is
+# git-ignored: carry it).
 #
 #   scripts/gpu-debs.sh          # into .debs/ in the checkout
 #   scripts/gpu-debs.sh DIR      # into DIR
@@ -29,6 +30,7 @@ packages=(
   libcli11-dev
   libflatbuffers2 libflatbuffers-dev flatbuffers-compiler flatbuffers-compiler-dev
   libssl3 libssl-dev
+  libyaml-cpp0.7 libyaml-cpp-dev
 )
 
 mkdir -p "$dir"
