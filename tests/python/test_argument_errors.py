@@ -248,6 +248,7 @@ def _sgd():
     (dict(process_set=2 ** 40), ("process_set",)),
     (dict(process_set="global"), ("process_set",)),
 ], ids=lambda v: repr(v) if isinstance(v, dict) else "")
+@pytest.mark.filterwarnings("ignore:num_groups is deprecated")
 def test_distributed_optimizer_bad_arguments(kwargs, words):
     raises_value_error(lambda: hvd.DistributedOptimizer(_sgd(), **kwargs), *words)
 
