@@ -210,3 +210,95 @@ def test_names_of_any_type_are_their_str(rank):
     assert got == {"from": 0}
     gathered = hvd.allgather_object(rank, name=("argerr", 1))
     assert gathered == list(range(hvd.size()))
+
+
+@pytest.mark.parametrize("ranks, words", [
+    ([0, 2 ** 40], ("1099511627776", "not a rank")),
+    ([0, -1], ("-1", "not a rank")),
+    ([0, 1.0], ("int ranks",)),
+    ("01", ("list of ranks",)),
+], ids=["huge", "negative", "float", "str"])
+def test_process_set_ranks_that_are_not_ranks(ranks, words):
+    raises_value_error(lambda: hvd.add_process_set(ranks), *words)
+    raises_value_error(lambda: hvd.ProcessSet(ranks), *words)
+
+
+def _sgd():
+    return torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(gradient_predivide_factor="2"), ("gradient_predivide_factor", "number", "str")),
+    (dict(gradient_predivide_factor=None), ("gradient_predivide_factor", "number")),
+    (dict(gradient_predivide_factor=0.0), ("gradient_predivide_factor", "> 0")),
+    (dict(gradient_predivide_factor=float("nan")), ("gradient_predivide_factor", "> 0")),
+    (dict(backward_passes_per_step=1.5), ("backward_passes_per_step", "int >= 1", "float")),
+    (dict(backward_passes_per_step="2"), ("backward_passes_per_step", "int >= 1", "str")),
+    (dict(backward_passes_per_step=0), ("backward_passes_per_step", "int >= 1")),
+    (dict(backward_passes_per_step=2 ** 40), ("backward_passes_per_step", "int >= 1")),
+    (dict(compression="fp16"), ("compression", "Compression")),
+    (dict(op="average"), ("op must be",)),
+    (dict(op=hvd.Min), ("op must be",)),
+    (dict(named_parameters=5), ("named_parameters", "int")),
+    (dict(named_parameters=[("w",)]), ("named_parameters", "tuples")),
+    (dict(groups=1.5), ("groups", "float")),
+    (dict(groups=-1), ("groups", "int >= 0")),
+    (dict(groups=[torch.ones(1)]), ("groups", "not a list of parameters")),
+    (dict(num_groups="2"), ("groups", "str")),
+    (dict(process_set=2 ** 40), ("process_set",)),
+    (dict(process_set="global"), ("process_set",)),
+], ids=lambda v: repr(v) if isinstance(v, dict) else "")
+@pytest.mark.filterwarnings("ignore:num_groups is deprecated")
+def test_distributed_optimizer_bad_arguments(kwargs, words):
+    raises_value_error(lambda: hvd.DistributedOptimizer(_sgd(), **kwargs), *words)
+
+
+@pytest.mark.parametrize("value", [torch.nn.Linear(2, 2), None, "SGD"],
+                         ids=["module", "None", "str"])
+def test_distributed_optimizer_of_a_non_optimizer(value):
+    raises_value_error(lambda: hvd.DistributedOptimizer(value),
+                       "DistributedOptimizer", "torch.optim.Optimizer")
+
+
+def test_distributed_optimizer_number_kinds_are_accepted():
+    # Horovod's examples pass argparse floats and ints; numpy and 0-d
+    # tensor counts are ints too.
+    opt = hvd.DistributedOptimizer(_sgd(), gradient_predivide_factor=np.float64(2),
+                                   backward_passes_per_step=np.int64(2))
+    assert opt.backward_passes_per_step == 2
+    opt.backward_passes_per_step = torch.tensor(3)
+    assert opt.backward_passes_per_step == 3
+    raises_value_error(lambda: opt.set_backward_passes_per_step(0.5),
+                       "set_backward_passes_per_step", "int >= 1")
+    with pytest.raises(ValueError):
+        opt.backward_passes_per_step = 0
+    assert opt.backward_passes_per_step == 3
+
+
+def test_broadcast_parameters_bad_prefix_and_pairs():
+    params = {"w": torch.ones(2)}
+    raises_value_error(lambda: hvd.broadcast_parameters(params, 0, prefix=3),
+                       "broadcast_parameters", "prefix", "str")
+    raises_value_error(lambda: hvd.broadcast_parameters([("w", torch.ones(2), 1)], 0),
+                       "broadcast_parameters", "params[0]", "(name, tensor)")
+
+
+def test_sync_batch_norm_bad_num_features():
+    raises_value_error(lambda: hvd.SyncBatchNorm("3"), "SyncBatchNorm", "num_features")
+    raises_value_error(lambda: hvd.SyncBatchNorm(0), "SyncBatchNorm", "num_features")
+
+
+def test_elastic_sampler_bad_arguments():
+    raises_value_error(lambda: hvd.elastic.ElasticSampler(5), "ElasticSampler", "len()")
+    raises_value_error(lambda: hvd.elastic.ElasticSampler(range(8), seed="1"),
+                       "ElasticSampler", "seed", "int")
+    sampler = hvd.elastic.ElasticSampler(range(8), seed=-1)  # torch wraps negative seeds
+    raises_value_error(lambda: sampler.set_epoch(2 ** 40), "set_epoch", "epoch")
+    raises_value_error(lambda: sampler.set_epoch(1.5), "set_epoch", "epoch")
+    raises_value_error(lambda: sampler.record_batch(0, "4"), "record_batch", "batch_size")
+    raises_value_error(lambda: sampler.get_indices(-1, 4), "get_indices", "batch_idx")
+
+
+def test_start_timeline_bad_path():
+    raises_value_error(lambda: hvd.start_timeline(None), "start_timeline", "file_path")
+    raises_value_error(lambda: hvd.start_timeline(3), "start_timeline", "file_path")

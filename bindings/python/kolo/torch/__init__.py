@@ -12,6 +12,7 @@ Usage::
 Run N copies with ``kolorun -np N python script.py``.
 """
 import atexit as _atexit
+import os as _os
 import sys as _sys
 import warnings as _warnings
 
@@ -191,9 +192,13 @@ def start_timeline(file_path, mark_cycles=False):
             Horovod, where it takes effect here).
 
     Raises:
+        ValueError: file_path is not a str or os.PathLike.
         KoloInvalidArgumentError: the file cannot be created, or kolo is not
             initialized.
     """
+    if not isinstance(file_path, (str, _os.PathLike)):
+        raise ValueError("kolo.torch.start_timeline: file_path must be a str or os.PathLike, "
+                         "got %s" % type(file_path).__name__)
     if mark_cycles and not _kolo.runtime_config()["timeline_mark_cycles"]:
         _warnings.warn("start_timeline(mark_cycles=True): set KOLO_TIMELINE_MARK_CYCLES=1 "
                        "before init() to mark cycles", stacklevel=2)

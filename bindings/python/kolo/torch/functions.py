@@ -29,6 +29,9 @@ def _named_tensors(params):
     out = []
     for i, item in enumerate(params):
         if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ValueError("broadcast_parameters: params[%d] is a tuple of %d items, "
+                                 "not a (name, tensor) pair" % (i, len(item)))
             out.append((str(item[0]), item[1]))
         else:
             out.append(("param.%d" % i, item))
@@ -60,6 +63,9 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
     """
     root_rank = _rank_arg(root_rank, "broadcast_parameters")
     named = _named_tensors(params)
+    if prefix is not None and not isinstance(prefix, str):
+        raise ValueError("kolo.torch.broadcast_parameters: prefix must be a str, got %s"
+                         % type(prefix).__name__)
     if prefix:
         named = [(prefix + n, t) for n, t in named]
     tensors = []

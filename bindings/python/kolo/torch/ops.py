@@ -100,6 +100,21 @@ def _rank_arg(value, fn, what="root_rank"):
     return rank
 
 
+def _count(value, fn, what, minimum=1):
+    """A count (an int >= minimum: ints, numpy ints, 0-d integer tensors)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        count = operator.index(value)
+    except TypeError:
+        raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %s"
+                         % (fn, what, minimum, _kind(value))) from None
+    if not minimum <= count <= _INT32_MAX:
+        raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %d"
+                         % (fn, what, minimum, count))
+    return count
+
+
 def _sid(process_set):
     """The engine id of process_set (ValueError for anything else)."""
     set_id = _id(process_set)

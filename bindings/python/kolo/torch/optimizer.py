@@ -15,8 +15,9 @@ import torch
 
 from kolo import _kolo
 from kolo.torch.compression import Compression
-from kolo.torch.ops import Adasum, Average, Sum
-from kolo.torch.process_sets import _id, global_process_set
+from kolo.torch.ops import (Adasum, Average, ReduceOp, Sum, _check_compression, _count,
+                           _kind, _scale, _sid)
+from kolo.torch.process_sets import global_process_set
 from kolo.torch.sparse import sparse_allreduce_async
 
 _GRAD_PREFIX = "grad."
@@ -45,22 +46,35 @@ class _DistributedMixin:
 
     def _kolo_setup(self, named_parameters, compression, backward_passes_per_step, op,
                     gradient_predivide_factor, groups, sparse_as_dense, process_set):
-        if op not in (Average, Sum, Adasum):
-            raise ValueError("DistributedOptimizer: op must be kolo.torch.Average, Sum or "
-                             "Adasum, got %s" % (op,))
+        fn = "DistributedOptimizer"
+        if not isinstance(op, ReduceOp) or op not in (Average, Sum, Adasum):
+            raise ValueError("kolo.torch.DistributedOptimizer: op must be kolo.torch.Average, "
+                             "Sum or Adasum, got %r" % (op,))
+        gradient_predivide_factor = _scale(gradient_predivide_factor, fn,
+                                           "gradient_predivide_factor")
+        if not gradient_predivide_factor > 0 or gradient_predivide_factor == float("inf"):
+            raise ValueError("kolo.torch.DistributedOptimizer: gradient_predivide_factor must be "
+                             "a finite number > 0, got %r" % (gradient_predivide_factor,))
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
-        if backward_passes_per_step < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
+        backward_passes_per_step = _count(backward_passes_per_step, fn,
+                                          "backward_passes_per_step")
+        _check_compression(compression, fn)
+        set_id = _sid(process_set)
 
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
+            if (isinstance(named_parameters, (str, bytes, torch.Tensor))
+                    or not hasattr(named_parameters, "__iter__")):
+                raise ValueError("kolo.torch.DistributedOptimizer: named_parameters must be "
+                                 "model.named_parameters() or a list of (name, parameter) "
+                                 "tuples, got %s" % type(named_parameters).__name__)
             named_parameters = list(named_parameters)
         else:
             named_parameters = [("noname.%d.%d" % (i, j), p)
                                 for i, group in enumerate(self.param_groups)
                                 for j, p in enumerate(group["params"])]
-        if any(not isinstance(item, tuple) for item in named_parameters):
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
             raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
                              "usually produced by model.named_parameters().")
         seen, dups = set(), []
@@ -89,7 +103,7 @@ class _DistributedMixin:
         # Gradients are reduced among the set's ranks; outside it the
         # optimizer steps on local gradients (as Horovod's does).
         self._kolo_process_set = process_set
-        self._kolo_set = _id(process_set)
+        self._kolo_set = set_id
         set_ranks = _kolo.process_set_ranks(self._kolo_set)
         self._kolo_member = _kolo.rank() in set_ranks
         # Horovod's delta optimizer; on one rank Horovod uses the ordinary
@@ -129,17 +143,26 @@ class _DistributedMixin:
         """groups: None, a number of groups, or lists of parameters."""
         self._kolo_group_of = {}
         self._kolo_groups = []
-        if groups is None or groups == 0:
+        if groups is None or (isinstance(groups, int) and not isinstance(groups, bool)
+                              and groups == 0):
             return
-        if isinstance(groups, int):
+        bad = ("kolo.torch.DistributedOptimizer: groups must be an int >= 0 or a list of "
+               "lists of parameters, got %s")
+        if isinstance(groups, int) and not isinstance(groups, bool):
             if groups < 0:
-                raise ValueError("groups must be a non-negative int or a list of lists of "
-                                 "parameters")
+                raise ValueError(bad % groups)
             n = len(self._kolo_params)
             k = min(groups, n)
             bounds = [n * i // k for i in range(k + 1)] if k else [0]
             members = [self._kolo_params[bounds[i]:bounds[i + 1]] for i in range(k)]
         else:
+            if (isinstance(groups, (str, bytes, bool, torch.Tensor))
+                    or not hasattr(groups, "__iter__")):
+                raise ValueError(bad % _kind(groups))
+            groups = list(groups)
+            if any(isinstance(g, (str, bytes, torch.Tensor)) or not hasattr(g, "__iter__")
+                   for g in groups):
+                raise ValueError(bad % "a list with an item that is not a list of parameters")
             wanted = {p for p in self._kolo_params}
             members = []
             for group in groups:
@@ -370,8 +393,8 @@ class _DistributedMixin:
     def set_backward_passes_per_step(self, passes):
         """Changes backward_passes_per_step (and restarts the count of the
         passes accumulated for the current step), as in Horovod."""
-        if passes < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
+        passes = _count(passes, "DistributedOptimizer.set_backward_passes_per_step",
+                        "backward_passes_per_step")
         self._kolo_passes = passes
         if self._kolo_reducer is not None:
             self._kolo_reducer.set_backward_passes_per_step(passes)
@@ -458,7 +481,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     reduced by allgather of their indices and values, or as dense tensors
     with sparse_as_dense=True. process_set: the ranks that reduce gradients
     together; on other ranks the optimizer steps on local gradients.
+
+    Raises ValueError (naming the argument) for an optimizer that is not a
+    torch.optim.Optimizer, a backward_passes_per_step that is not an int >= 1,
+    a gradient_predivide_factor that is not a number > 0, and an op,
+    compression, groups, named_parameters or process_set of the wrong kind.
     """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError("kolo.torch.DistributedOptimizer: optimizer must be a "
+                         "torch.optim.Optimizer (such as torch.optim.SGD(model.parameters(), "
+                         "lr=...)), got %s" % _kind(optimizer))
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError("the optimizer is already a kolo.torch.DistributedOptimizer")
     if isinstance(optimizer, torch.optim.LBFGS):

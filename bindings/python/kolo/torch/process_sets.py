@@ -39,6 +39,10 @@ class ProcessSet:
         ranks = list(ranks_or_comm)
         if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
             raise ValueError("ProcessSet takes a list of int ranks, got %r" % (ranks,))
+        for r in ranks:
+            if not 0 <= r < 2 ** 31:
+                raise ValueError("ProcessSet: %d is not a rank (ranks are 0 .. size-1), in %r"
+                                 % (r, ranks))
         self.ranks = sorted(ranks)
         self.process_set_id = None
         self.mpi_comm = None

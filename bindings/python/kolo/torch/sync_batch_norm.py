@@ -4,6 +4,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from kolo import _kolo
+from kolo.torch.ops import _count
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -34,6 +35,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True):
+        num_features = _count(num_features, "SyncBatchNorm", "num_features")
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
         self._kolo_name = _kolo.next_name("sync_batch_norm")
 

@@ -1,8 +1,11 @@
 """ElasticSampler: horovod.torch.elastic's sampler on kolo's partitioning
 (kolo::elastic::ElasticSampler, shared with the C++ API)."""
+import operator
+
 import torch.utils.data
 
 from kolo import _kolo
+from kolo.torch.ops import _count, _kind
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -25,10 +28,22 @@ class ElasticSampler(torch.utils.data.Sampler):
     """
 
     def __init__(self, dataset, shuffle=True, seed=0):
+        if not hasattr(dataset, "__len__"):
+            raise ValueError("kolo.torch.elastic.ElasticSampler: dataset must have a len() "
+                             "(a map-style torch Dataset), got %s" % _kind(dataset))
+        try:
+            if isinstance(seed, bool):
+                raise TypeError
+            # Any int, as torch.Generator.manual_seed takes (negative seeds
+            # wrap around modulo 2**64).
+            core_seed = operator.index(seed) % 2 ** 64
+        except TypeError:
+            raise ValueError("kolo.torch.elastic.ElasticSampler: seed must be an int, got %s"
+                             % _kind(seed)) from None
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
-        self._core = _kolo.ElasticSamplerCore(len(dataset), bool(shuffle), int(seed))
+        self._core = _kolo.ElasticSamplerCore(len(dataset), bool(shuffle), core_seed)
         self.indices = []
         self.reset()
 
@@ -49,16 +64,20 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def set_epoch(self, epoch):
         """Starts epoch `epoch`: nothing processed, a new order."""
-        self._core.set_epoch(int(epoch))
+        self._core.set_epoch(_count(epoch, "elastic.ElasticSampler.set_epoch", "epoch", 0))
         self.reset()
 
     def record_batch(self, batch_idx, batch_size):
         """Every rank processed one more batch of batch_size samples."""
-        self._core.record_batch(int(batch_idx), int(batch_size))
+        fn = "elastic.ElasticSampler.record_batch"
+        self._core.record_batch(_count(batch_idx, fn, "batch_idx", 0),
+                                _count(batch_size, fn, "batch_size", 0))
 
     def get_indices(self, batch_idx, batch_size):
         """This rank's indices of batch batch_idx (counted from the last reset)."""
-        return self._core.get_indices(int(batch_idx), int(batch_size))
+        fn = "elastic.ElasticSampler.get_indices"
+        return self._core.get_indices(_count(batch_idx, fn, "batch_idx", 0),
+                                      _count(batch_size, fn, "batch_size", 0))
 
     def state_dict(self):
         """{"epoch": ..., "processed_num": ...}: what a TorchState saves."""
