@@ -198,7 +198,13 @@ def run(page, name=None, build_dir=None, timeout=600, python=None):
         # kolorun from the build, then the Python it was built for (python3).
         path = [build_dir + "/launcher"]
         if python:
-            os.symlink(python, os.path.join(home, "python3"))
+            # A wrapper, not a symlink: a venv's interpreter started through
+            # a symlink elsewhere does not find its pyvenv.cfg, and runs
+            # as the base interpreter (another torch).
+            wrapper = os.path.join(home, "python3")
+            with open(wrapper, "w") as f:
+                f.write('#!/bin/sh\nexec "%s" "$@"\n' % python)
+            os.chmod(wrapper, 0o755)
             path.append(home)
         env = dict(os.environ, HOME=home,
                    PATH=":".join(path + [os.environ.get("PATH", "/usr/bin:/bin")]),

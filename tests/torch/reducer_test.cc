@@ -6,6 +6,7 @@
 #include <kolo/torch.h>
 #include <kolo/torch/reducer.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,14 @@ struct Mlp : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
+
+// Ranks are threads of one process and LibTorch's default generator is
+// global: a rank seeds it and draws its initial weights under this lock, so
+// that every rank starts from the same weights.
+std::mutex& generatorLock() {
+  static std::mutex m;
+  return m;
+}
 
 at::Tensor input(int rank, int step) {
   return torch::arange(20, torch::kDouble).reshape({4, 5}) * 0.01 * (rank + 1) + 0.1 * step;
@@ -126,9 +135,11 @@ TEST_F(TorchReducer, OneRequestPerBucketInPlace) {
 TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
   spawn(2, [&](int rank, kolo::Engine& engine) {
     kt::Context ctx(engine);
+    std::unique_lock<std::mutex> seeded(generatorLock());
     torch::manual_seed(5);
     auto net = std::make_shared<Mlp>();  // fc1: 35 + 7 floats, fc2: 21 + 3
     auto plain = std::make_shared<Mlp>();
+    seeded.unlock();
     {
       torch::NoGradGuard noGrad;
       auto src = net->parameters();
@@ -177,8 +188,10 @@ TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
 TEST_F(TorchReducer, UnusedParametersAndSetToNone) {
   spawn(2, [&](int rank, kolo::Engine& engine) {
     kt::Context ctx(engine);
+    std::unique_lock<std::mutex> seeded(generatorLock());
     torch::manual_seed(5);
     auto net = std::make_shared<Mlp>();
+    seeded.unlock();
     kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
     for (int step = 0; step < 2; ++step) {
       for (auto& p : net->parameters()) p.mutable_grad().reset();
