@@ -85,15 +85,23 @@ def _scale(value, fn, what):
     raise ValueError("kolo.torch.%s: %s must be a number, got %s" % (fn, what, _kind(value)))
 
 
+def _as_int(value):
+    """value as an int (ints, numpy ints, 0-d integer tensors), None for
+    anything else, bools included."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _rank_arg(value, fn, what="root_rank"):
     """A rank of the job as an int (ints, numpy ints, 0-d integer tensors)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        rank = operator.index(value)
-    except TypeError:
+    rank = _as_int(value)
+    if rank is None:
         raise ValueError("kolo.torch.%s: %s must be an int rank, got %s"
-                         % (fn, what, _kind(value))) from None
+                         % (fn, what, _kind(value)))
     if not 0 <= rank <= _INT32_MAX:
         raise ValueError("kolo.torch.%s: %s=%d is not a rank (ranks are 0 .. size-1)"
                          % (fn, what, rank))
@@ -102,13 +110,10 @@ def _rank_arg(value, fn, what="root_rank"):
 
 def _count(value, fn, what, minimum=1):
     """A count (an int >= minimum: ints, numpy ints, 0-d integer tensors)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        count = operator.index(value)
-    except TypeError:
+    count = _as_int(value)
+    if count is None:
         raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %s"
-                         % (fn, what, minimum, _kind(value))) from None
+                         % (fn, what, minimum, _kind(value)))
     if not minimum <= count <= _INT32_MAX:
         raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %d"
                          % (fn, what, minimum, count))
@@ -712,13 +717,10 @@ def _splits_list(splits, fn="alltoall"):
         values = list(splits)
     out = []
     for i, s in enumerate(values):
-        try:
-            if isinstance(s, bool):
-                raise TypeError
-            n = operator.index(s)
-        except TypeError:
+        n = _as_int(s)
+        if n is None:
             raise ValueError("kolo.torch.%s: splits[%d] must be an int, got %s"
-                             % (fn, i, _kind(s))) from None
+                             % (fn, i, _kind(s)))
         if not 0 <= n <= _INT64_MAX:
             raise ValueError("kolo.torch.%s: splits[%d]=%d: a split is a number of rows, >= 0"
                              % (fn, i, n))

@@ -1,11 +1,10 @@
 """ElasticSampler: horovod.torch.elastic's sampler on kolo's partitioning
 (kolo::elastic::ElasticSampler, shared with the C++ API)."""
-import operator
 
 import torch.utils.data
 
 from kolo import _kolo
-from kolo.torch.ops import _count, _kind
+from kolo.torch.ops import _as_int, _count, _kind
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -31,15 +30,13 @@ class ElasticSampler(torch.utils.data.Sampler):
         if not hasattr(dataset, "__len__"):
             raise ValueError("kolo.torch.elastic.ElasticSampler: dataset must have a len() "
                              "(a map-style torch Dataset), got %s" % _kind(dataset))
-        try:
-            if isinstance(seed, bool):
-                raise TypeError
-            # Any int, as torch.Generator.manual_seed takes (negative seeds
-            # wrap around modulo 2**64).
-            core_seed = operator.index(seed) % 2 ** 64
-        except TypeError:
+        # Any int, as torch.Generator.manual_seed takes (negative seeds
+        # wrap around modulo 2**64).
+        core_seed = _as_int(seed)
+        if core_seed is None:
             raise ValueError("kolo.torch.elastic.ElasticSampler: seed must be an int, got %s"
-                             % _kind(seed)) from None
+                             % _kind(seed))
+        core_seed %= 2 ** 64
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
