@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <thread>
 #include <vector>
 
 #include "comm/cuda/check.h"
 #include "comm/cuda/memory.h"
 #include "comm/nccl/types.h"
+#include "common/bounded_call.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::nccl {
@@ -111,25 +111,23 @@ std::chrono::milliseconds Communicator::abortLimit() const {
 
 bool abortBounded(ncclComm_t comm, int device, std::chrono::milliseconds limit) {
   // ncclCommAbort hangs in some NCCL versions (a proxy thread that never
-  // exits): it runs on a helper thread, and past limit it is left behind
-  // (reported; the process may still exit) instead of hanging shutdown.
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread([comm, device, done] {
+  // exits): past limit it is left behind (reported; the process may still
+  // exit) instead of hanging shutdown.
+  const bool returned = callWithin(limit, [comm, device] {
     try {
       cuda::useDevice(device);
     } catch (const std::exception&) {
       // ncclCommAbort makes the device current itself.
     }
     ncclCommAbort(comm);
-    done->set_value();
-  }).detach();
-  if (finished.wait_for(limit) == std::future_status::ready) return true;
-  std::fprintf(stderr,
-               "kolo: ncclCommAbort on cuda:%d did not return within %lld ms; leaving it "
-               "behind\n",
-               device, static_cast<long long>(limit.count()));
-  return false;
+  });
+  if (!returned) {
+    std::fprintf(stderr,
+                 "kolo: ncclCommAbort on cuda:%d did not return within %lld ms; leaving it "
+                 "behind\n",
+                 device, static_cast<long long>(limit.count()));
+  }
+  return returned;
 }
 
 void Communicator::abort() noexcept {

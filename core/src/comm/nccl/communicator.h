@@ -92,9 +92,9 @@ class Communicator {
   std::string failure_;
 };
 
-// ncclCommAbort(comm) on a helper thread, waiting up to limit: true when it
-// returned. Past limit it is left running (and reported on stderr), so a
-// hanging abort cannot hang the engine's shutdown.
+// ncclCommAbort(comm) through callWithin (common/bounded_call.h): true
+// when it returned within limit. Past limit it is left running (and
+// reported on stderr), so a hanging abort cannot hang the engine's shutdown.
 bool abortBounded(ncclComm_t comm, int device, std::chrono::milliseconds limit);
 
 // Sleeps a little more the longer a wait lasts: spin first (latency of small
