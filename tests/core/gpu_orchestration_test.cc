@@ -296,6 +296,49 @@ TEST(GpuOrchestration, AFailureReleasesTensorsOnlyOnceTheDeviceStopped) {
   }, gpuConfig(rt));
 }
 
+// Defect 8 (and 4): a device that does not stop after the abort (here its
+// comm stream waits on a producer that never finishes within the drain
+// limit, as a kernel waits for a peer when ncclCommAbort hangs) does not
+// hang the failure: the ops still fail, within the drain limit
+// (min(KOLO_TIMEOUT, 10 s)), and the tensors they hold are kept alive for
+// good instead of released while the device may still write into them.
+TEST(GpuOrchestration, AWedgedDeviceFailsItsOpsAndKeepsTheirTensors) {
+  auto rt = std::make_shared<HostRuntime>(3);
+  rt->faultAt(1, Stage::kCollective, 1, "injected fault in rank 1's collective");
+  auto t0 = std::make_shared<DeviceFloats>(*rt, 0, 64);  // rank 0's, outlives the engine
+  std::atomic<bool> released{false};
+  std::promise<void> finish;
+  std::shared_future<void> finished = finish.get_future().share();
+  device::Stream user = rt->createStream(2);
+  rt->launch(user, Stage::kCopy, [finished] { finished.wait(); });  // held until the end
+  device::Event ready = rt->createEvent(2, false);
+  rt->record(ready, user);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    if (rank == 1) {
+      DeviceFloats t(*rt, rank, 64);
+      EXPECT_FALSE(settle(allreduce(engine, "a", t, rank)).ok());
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Handle a = allreduce(engine, "a", *t0, rank, ready,
+                         [&released](const Status&) { released = true; });
+    EXPECT_FALSE(settle(a).ok()) << "rank 0's op did not fail";
+    // The drain limit is 2 s here; an unbounded drain never gets there.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+    EXPECT_FALSE(released.load()) << "a tensor was released while its device still ran";
+  }, gpuConfig(rt, 2s));
+  EXPECT_FALSE(released.load()) << "a tensor was released while its device still ran";
+  // The producer ends: the wedged comm stream runs again and writes into
+  // t0, which is why it had to stay alive.
+  finish.set_value();
+  rt->synchronize(user);
+  for (int i = 0; i < 3000 && !rt->idle(0); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(rt->idle(0));
+  EXPECT_FALSE(released.load());
+  rt->destroyEvent(ready);
+  rt->destroyStream(user);
+}
+
 // Defect 6 (and a fault at each stage): a sticky device fault is named, on
 // every rank, within a second or so, not as a Timeout after KOLO_TIMEOUT.
 class FaultAtStage : public ::testing::TestWithParam<std::pair<Stage, int>> {};

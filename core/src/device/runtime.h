@@ -32,6 +32,7 @@
 // values themselves, so an Event may come from the user's framework.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -95,6 +96,11 @@ class Runtime {
                     const comm::cuda::CopyTransform& transform, Stream stream) = 0;
   // Blocks until stream is idle (see above); throws Internal on a fault.
   virtual void synchronize(Stream stream) = 0;
+  // Waits up to limit for stream to run nothing more: true once it is idle
+  // or its device faulted (a faulted device runs nothing), false when work
+  // still runs at the limit (a kernel waiting for a peer that never comes,
+  // after an abort that did not stop it). Any thread; pins nothing.
+  virtual bool settleFor(Stream stream, std::chrono::milliseconds limit) noexcept = 0;
   // The sticky fault of stream's device, ok while there is none. A
   // host-side read that never blocks: the completion watcher's health check.
   virtual Status streamError(Stream stream) noexcept = 0;

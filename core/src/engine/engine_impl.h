@@ -96,6 +96,9 @@ struct Engine::Impl {
   void failSetOnLoop(ProcessSetState& set, const Status& status);
   // Fails everything and closes the queue: the engine is done.
   void failAllOnLoop(const Status& status);
+  // A wedged GPU (it did not stop after an abort): the CUDA ops' entries
+  // are kept for good instead of released by the failure.
+  void keepCudaTensorsOnLoop();
   void revertEvictedOnLoop(ProcessSetState& set, const std::vector<int>& bits);
   bool cacheOnLoop(const ProcessSetState& set) const {
     return set.cache.enabled() && tunables.cacheEnabled;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/bounded_call.h"
 #include "engine/engine_impl.h"
 
 namespace kolo {
@@ -376,6 +377,13 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
       fence, [done, events = gpuEvents, log = log, tl = timeline.get(), rows = std::move(rows),
               collective, store = store, rank = identity.rank](
                  const Status& status, const comm::cuda::GpuPhases& phases) {
+        if (!phases.deviceStopped) {
+          // The device may still write into the tensors: keep them (the
+          // entries' callbacks own them) for good; the ops still fail.
+          keepForever(std::make_shared<std::vector<std::function<void(const Status&)>>>(
+              std::move(done->onDone)));
+          done->onDone.clear();
+        }
         for (size_t i = 0; i < done->onDone.size(); ++i) {
           if (!done->onDone[i]) continue;
           try {
@@ -490,13 +498,15 @@ void Engine::Impl::failSetOnLoop(ProcessSetState& set, const Status& status) {
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
   queue.close(status);
+  bool deviceStopped = true;
   if (status.code != ErrorCode::kShutdown) {
     // GPU work in flight stops (its communicator is aborted) and its ops
     // fail with this status instead of waiting out KOLO_TIMEOUT.
     for (auto& [id, set] : sets) {
-      if (set->executor) set->executor->abortGpu(status);
+      if (set->executor && !set->executor->abortGpu(status)) deviceStopped = false;
     }
   }
+  if (!deviceStopped || (gpuDevices && gpuDevices->wedged())) keepCudaTensorsOnLoop();
   {
     std::lock_guard<std::mutex> lock(mu);
     if (status.code != ErrorCode::kShutdown) failure = status;
@@ -518,6 +528,25 @@ void Engine::Impl::failAllOnLoop(const Status& status) {
   drained.clear();
   for (auto& [id, set] : sets) failSetOnLoop(*set, status);
   publishStatsOnLoop();
+}
+
+void Engine::Impl::keepCudaTensorsOnLoop() {
+  // The device did not stop after the abort: any CUDA tensor an op still
+  // holds may be written yet, so its entry (what keeps it alive) is kept
+  // for good instead of released with the failure. The ops still fail.
+  log->error("the GPU did not stop within the drain limit after the failure; kolo keeps the "
+             "tensors of its CUDA operations alive (leaked) instead of freeing memory the "
+             "device may still write");
+  auto keep = [](PendingOp& op) {
+    if (op.msg.request.device != DeviceKind::kCuda || !op.entry.onDone) return;
+    keepForever(std::make_shared<std::function<void(const Status&)>>(std::move(op.entry.onDone)));
+    op.entry.onDone = nullptr;
+  };
+  for (auto& op : drained) keep(op);
+  for (auto& [id, set] : sets) {
+    for (auto& op : set->fresh) keep(op);
+    for (auto& [name, op] : set->pending) keep(op);
+  }
 }
 
 EngineStats Engine::Impl::totalStatsOnLoop() const {

@@ -206,8 +206,14 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
 }
 
 std::shared_ptr<comm::cuda::DeviceSet> makeGpuDevices(const Config& config) {
-  if (config.deviceRuntime) return std::make_shared<comm::cuda::DeviceSet>(config.deviceRuntime);
-  if (KOLO_WITH_CUDA) return std::make_shared<comm::cuda::DeviceSet>();
+  // After an abort the device stops at once or not at all: the drain waits
+  // as long as the abort itself may take (comm/nccl: min(timeout, 10 s)).
+  const auto drainLimit =
+      std::min<std::chrono::milliseconds>(config.timeout, std::chrono::seconds(10));
+  if (config.deviceRuntime) {
+    return std::make_shared<comm::cuda::DeviceSet>(config.deviceRuntime, drainLimit);
+  }
+  if (KOLO_WITH_CUDA) return std::make_shared<comm::cuda::DeviceSet>(nullptr, drainLimit);
   return nullptr;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "comm/cuda/memory_policy.h"
+#include "common/bounded_call.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -113,10 +114,19 @@ void DeviceContext::launchHostFunc(void (*fn)(void*), void* arg) {
 
 void DeviceContext::synchronize() { runtime_->synchronize(stream_); }
 
-DeviceSet::DeviceSet(std::shared_ptr<device::Runtime> runtime)
-    : runtime_(runtime ? std::move(runtime) : device::cudaRuntime()) {
+DeviceSet::DeviceSet(std::shared_ptr<device::Runtime> runtime,
+                     std::chrono::milliseconds drainLimit)
+    : runtime_(runtime ? std::move(runtime) : device::cudaRuntime()), drainLimit_(drainLimit) {
   KOLO_CHECK_ARG(runtime_ != nullptr,
                  "this build of kolo has no CUDA runtime; GPU work needs KOLO_WITH_CUDA=ON");
+}
+
+DeviceSet::~DeviceSet() {
+  if (!wedged()) return;  // the contexts' destructors wait for idle streams
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [device, ctx] : contexts_) {
+    keepForever(std::shared_ptr<DeviceContext>(std::move(ctx)));
+  }
 }
 
 DeviceContext& DeviceSet::at(int device) {
@@ -142,19 +152,26 @@ void DeviceSet::pin(int device, const std::string& what) {
       "creating tensors, in C++ c10::cuda::set_device(local_rank)");
 }
 
-void DeviceSet::drain() noexcept {
+bool DeviceSet::drain() noexcept {
+  // Once wedged, always: what the device was given stays kept, and a second
+  // failure path (watcher, then the engine's) does not wait again.
+  if (wedged()) return false;
   std::vector<DeviceContext*> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [device, ctx] : contexts_) all.push_back(ctx.get());
   }
+  const auto deadline = std::chrono::steady_clock::now() + drainLimit_;
+  bool idle = true;
   for (DeviceContext* ctx : all) {
-    try {
-      ctx->synchronize();
-    } catch (const std::exception&) {
-      // A faulted device runs nothing more: its stream is drained too.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (!runtime_->settleFor(ctx->stream(), std::max(left, std::chrono::milliseconds(0)))) {
+      idle = false;
     }
   }
+  if (!idle) wedged_.store(true, std::memory_order_release);
+  return idle;
 }
 
 void DeviceSet::onStop(std::function<void(const Status&)> abort) {
@@ -162,7 +179,7 @@ void DeviceSet::onStop(std::function<void(const Status&)> abort) {
   stops_.push_back(std::move(abort));
 }
 
-void DeviceSet::stopAll(const Status& why) noexcept {
+bool DeviceSet::stopAll(const Status& why) noexcept {
   std::vector<std::function<void(const Status&)>> stops;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -175,7 +192,7 @@ void DeviceSet::stopAll(const Status& why) noexcept {
       // Aborting is best effort; the drain below is what counts.
     }
   }
-  drain();
+  return drain();
 }
 
 }  // namespace kolo::comm::cuda

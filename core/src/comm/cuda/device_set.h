@@ -15,6 +15,8 @@
 // unpack needs no events between them.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -134,7 +136,16 @@ class DeviceContext {
 class DeviceSet {
  public:
   // runtime: nullptr is the CUDA runtime (device::cudaRuntime()).
-  explicit DeviceSet(std::shared_ptr<device::Runtime> runtime = nullptr);
+  // drainLimit: how long drain() and stopAll() wait for the comm streams to
+  // go idle before the device counts as wedged.
+  explicit DeviceSet(std::shared_ptr<device::Runtime> runtime = nullptr,
+                     std::chrono::milliseconds drainLimit = std::chrono::seconds(10));
+  // Destroys the contexts (each waits for its stream), unless the device is
+  // wedged: then they are kept for good (keepForever), as destroying a
+  // stream would wait for work that never ends.
+  ~DeviceSet();
+  DeviceSet(const DeviceSet&) = delete;
+  DeviceSet& operator=(const DeviceSet&) = delete;
   // The context of device (>= 0), created on first use. Loop thread.
   DeviceContext& at(int device);
   device::Runtime& runtime() { return *runtime_; }
@@ -148,21 +159,30 @@ class DeviceSet {
   // The pinned device, -1 before the first pin().
   int pinned() const { return pinned_; }
 
-  // Blocks until every comm stream is idle (faults ignored): afterwards the
-  // device touches no memory of the work enqueued so far. Any thread.
-  void drain() noexcept;
+  // Blocks until every comm stream is idle or faulted, at most the drain
+  // limit. True: the device touches no memory of the work enqueued so far.
+  // False: work still runs (a collective waiting for a peer after an abort
+  // that did not stop it; ncclCommAbort hangs in some NCCL versions), and
+  // wedged() from now on. Any thread.
+  bool drain() noexcept;
+  // Whether a drain gave up: the device may still write into the memory of
+  // any work it was given, so nothing of it may be freed. Any thread.
+  bool wedged() const noexcept { return wedged_.load(std::memory_order_acquire); }
 
   // How to stop a communicator that enqueues on these streams (its
   // abortWith); every process set's GPU executor registers its own. Any
   // thread.
   void onStop(std::function<void(const Status&)> abort);
-  // Aborts every registered communicator with why, then drain(): one set's
-  // collective waiting for peers cannot hold up the drain after another
-  // set's failure (they share the streams). Any thread.
-  void stopAll(const Status& why) noexcept;
+  // Aborts every registered communicator with why, then drain(), whose
+  // result it returns: one set's collective waiting for peers cannot hold
+  // up the drain after another set's failure (they share the streams). Any
+  // thread.
+  bool stopAll(const Status& why) noexcept;
 
  private:
   std::shared_ptr<device::Runtime> runtime_;
+  const std::chrono::milliseconds drainLimit_;
+  std::atomic<bool> wedged_{false};
   int pinned_ = -1;
   mutable std::mutex mu_;  // guards contexts_ and stops_ (watcher threads drain too)
   std::map<int, std::unique_ptr<DeviceContext>> contexts_;

@@ -55,7 +55,7 @@ GpuExecutor::~GpuExecutor() {
     }
     w.watcher.reset();
   }
-  devices_->drain();
+  (void)devices_->drain();  // bounded; a wedged device's contexts are kept for good
   watchers_.clear();
 }
 
@@ -132,6 +132,7 @@ void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
       fence.id, [devices = devices_, timing = std::move(timing), done = std::move(done)](
                     const Status& status, CompletionWatcher::Clock::time_point signalled) {
         GpuPhases phases;
+        phases.deviceStopped = status.ok() || !devices->wedged();
         if (timing && status.ok()) {
           // The signal ran right after the last phase: anchor the device's
           // elapsed times there.
@@ -158,9 +159,9 @@ void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
       });
 }
 
-void GpuExecutor::abort(const Status& why) {
+bool GpuExecutor::abort(const Status& why) {
   for (auto& [device, w] : watchers_) w.watcher->fail(why);
-  devices_->stopAll(why);
+  return devices_->stopAll(why);
 }
 
 void GpuExecutor::waitReady(int device, void* event) { devices_->at(device).waitEvent(event); }

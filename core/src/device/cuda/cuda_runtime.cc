@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <cuda_runtime_api.h>
 
@@ -208,6 +209,26 @@ void CudaRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType
 
 void CudaRuntime::synchronize(Stream stream) {
   KOLO_CUDA_CHECK(cudaStreamSynchronize(native(stream)));
+}
+
+bool CudaRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
+  // Polled, not cudaStreamSynchronize: that call cannot be given up on.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    const cudaError_t err = cudaStreamQuery(native(stream));
+    if (err != cudaErrorNotReady) {
+      if (err != cudaSuccess) (void)cudaGetLastError();  // a fault: nothing runs any more
+      return true;
+    }
+    (void)cudaGetLastError();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= limit) return false;
+    if (i < 100) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 }
 
 Status CudaRuntime::streamError(Stream stream) noexcept {

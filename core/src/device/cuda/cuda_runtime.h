@@ -37,6 +37,7 @@ class CudaRuntime final : public Runtime {
   void pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
             const comm::cuda::CopyTransform& transform, Stream stream) override;
   void synchronize(Stream stream) override;
+  bool settleFor(Stream stream, std::chrono::milliseconds limit) noexcept override;
   Status streamError(Stream stream) noexcept override;
   void* allocDevice(int device, size_t bytes) override;
   void freeDevice(void* ptr) noexcept override;

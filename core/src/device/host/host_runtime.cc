@@ -331,6 +331,14 @@ void HostRuntime::synchronize(Stream stream) {
   if (!faults_[s.device].ok()) throw Internal(faults_[s.device].message);
 }
 
+bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
+  HostStream& s = streamOf(stream);
+  std::unique_lock<std::mutex> lock(mu_);
+  // A faulted device's queue only drains (enqueue), so idle covers it too;
+  // a task that never returns (a collective waiting for a peer) keeps busy.
+  return changed_.wait_for(lock, limit, [&] { return (s.tasks.empty() && !s.busy) || s.stop; });
+}
+
 Status HostRuntime::streamError(Stream stream) noexcept {
   HostStream& s = streamOf(stream);
   std::lock_guard<std::mutex> lock(mu_);
