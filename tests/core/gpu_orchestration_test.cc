@@ -9,6 +9,7 @@
 // Every wait is bounded by an event with a generous limit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -146,6 +147,45 @@ void fusedAllreduceAndFriends(int size) {
       EXPECT_EQ(gathered->data[2 * r + 1], float(r) + 0.5f);
     }
   }, gpuConfig(rt));
+}
+
+// A fused allreduce of more tensors than one pack launch holds (1000
+// descriptors, comm/cuda/copy_plan.h), of odd sizes (so each one's offset
+// in the fusion buffer is padded to 16 bytes) and some empty: the host
+// runtime runs the CUDA runtime's plan launch by launch, chunk by chunk,
+// so a launch split or layout slip shows as a wrong value.
+TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  constexpr size_t kTensors = 2300;
+  std::atomic<uint64_t> meanPerResponse{0};
+  test::spawn(2, [&](int rank, Engine& engine) {
+    const int device = rank;
+    std::vector<std::unique_ptr<DeviceFloats>> tensors;
+    std::vector<Request> requests;
+    std::vector<Entry> entries;
+    for (size_t t = 0; t < kTensors; ++t) {
+      const size_t n = t % 17 == 5 ? 0 : (t * 7) % 13 + 1;
+      tensors.push_back(std::make_unique<DeviceFloats>(*rt, device, n));
+      for (size_t i = 0; i < n; ++i) tensors[t]->data[i] = float(rank + 1) * float(i + t % 50);
+      requests.push_back(cudaRequest("many." + std::to_string(t), OpType::kAllreduce, n, device));
+      Entry e;
+      e.input = e.output = tensors[t]->data;
+      entries.push_back(std::move(e));
+    }
+    std::vector<Handle> handles = engine.enqueueGroup(requests, std::move(entries));
+    for (const Handle& h : handles) ASSERT_TRUE(settle(h).ok()) << h.status().message;
+    for (size_t t = 0; t < kTensors; ++t) {
+      for (size_t i = 0; i < tensors[t]->n; ++i) {
+        ASSERT_EQ(tensors[t]->data[i], 3.0f * float(i + t % 50)) << "tensor " << t << " [" << i << "]";
+      }
+    }
+    const EngineStats stats = engine.stats();
+    EXPECT_EQ(stats.fusedTensors, kTensors);
+    // More than 1000 tensors per response on average: some response's pack
+    // was split over several launches.
+    if (rank == 0) meanPerResponse = kTensors / std::max<uint64_t>(stats.responses, 1);
+  }, gpuConfig(rt));
+  EXPECT_GT(meanPerResponse.load(), 1000u);
 }
 
 TEST(GpuOrchestration, FusedAllreduceBroadcastAllgatherOnTwoRanks) { fusedAllreduceAndFriends(2); }
