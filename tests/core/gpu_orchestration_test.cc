@@ -19,9 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "comm/backend_args.h"
+#include "comm/cuda/gpu_executor.h"
+#include "comm/select.h"
 #include "device/host/host_runtime.h"
+#include "execution/layout.h"
 #include "harness/harness.h"
 #include "kolo/engine.h"
+#include "rendezvous/key_value_map.h"
 
 namespace kolo {
 namespace {
@@ -186,6 +191,42 @@ TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
     if (rank == 0) meanPerResponse = kTensors / std::max<uint64_t>(stats.responses, 1);
   }, gpuConfig(rt));
   EXPECT_GT(meanPerResponse.load(), 1000u);
+}
+
+// GpuExecutor's fused allreduce puts tensor i of its fusion buffer at
+// fusionLayout's offset, a multiple of 16 bytes (execution/layout.h), so no
+// tensor takes the kernel's element-by-element path; the planner budgets
+// the padding. Read back from the fusion buffer after the pack (one rank:
+// the buffer holds the packed inputs).
+TEST(GpuOrchestration, FusedAllreducePacksAtSixteenByteAlignedOffsets) {
+  auto rt = std::make_shared<HostRuntime>(1);
+  auto devices = std::make_shared<comm::cuda::DeviceSet>(rt);
+  const Config config = gpuConfig(rt);
+  const Identity identity;  // rank 0 of 1
+  const comm::BackendArgs args{config, identity,
+                               rendezvous::makeMapStore(std::make_shared<rendezvous::KeyValueMap>()),
+                               "127.0.0.1"};
+  comm::cuda::GpuExecutor exec(devices, comm::createGpuCollectives("nccl", args, devices), 0, 1);
+  const std::vector<uint64_t> counts = {1, 7, 3, 0, 5, 2, 4};
+  std::vector<std::unique_ptr<DeviceFloats>> in, out;
+  std::vector<comm::cuda::DeviceTensor> tensors;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    in.push_back(std::make_unique<DeviceFloats>(*rt, 0, counts[t]));
+    out.push_back(std::make_unique<DeviceFloats>(*rt, 0, counts[t]));
+    for (size_t i = 0; i < counts[t]; ++i) in[t]->data[i] = float(100 * t + i);
+    tensors.push_back(comm::cuda::DeviceTensor{in[t]->data, out[t]->data, counts[t]});
+  }
+  exec.allreduce(0, tensors, DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0);
+  exec.synchronize(0);
+  const FusionLayout layout = fusionLayout(counts, sizeof(float), kGpuFusionAlignBytes);
+  EXPECT_EQ(layout.offsets, (std::vector<uint64_t>{0, 4, 12, 16, 16, 24, 28}));
+  const auto* fused = static_cast<const float*>(devices->at(0).fusion(0));  // the same buffer
+  for (size_t t = 0; t < counts.size(); ++t) {
+    for (size_t i = 0; i < counts[t]; ++i) {
+      EXPECT_EQ(fused[layout.offsets[t] + i], float(100 * t + i)) << "tensor " << t << " [" << i << "]";
+      EXPECT_EQ(out[t]->data[i], float(100 * t + i)) << "tensor " << t << " [" << i << "]";
+    }
+  }
 }
 
 TEST(GpuOrchestration, FusedAllreduceBroadcastAllgatherOnTwoRanks) { fusedAllreduceAndFriends(2); }
