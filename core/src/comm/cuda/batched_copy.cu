@@ -190,7 +190,15 @@ void launchTier(const LaunchShape& shape, Op op, uint64_t fillBits, cudaStream_t
   args.numDescs = shape.numDescs;
   args.op = op;
   batchedCopyKernel<T, Descs, Op><<<shape.grid, kThreads, 0, stream>>>(args);
-  KOLO_CUDA_CHECK(cudaGetLastError());
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return;
+  if (sizeof(args) > 4096) {
+    // Parameters over 4 KiB also need a driver of CUDA 12.1 or newer.
+    throw Internal("batched copy: launch with " + std::to_string(sizeof(args)) +
+                   " bytes of kernel parameters failed: " + describe(err) +
+                   " (kolo needs an NVIDIA driver for CUDA 12.1 or newer, R530+)");
+  }
+  throwCudaError(err, "batched copy kernel launch");
 }
 
 // The launch in the tier its descriptor count needs: 2 kernels per (T, Op).
