@@ -172,7 +172,8 @@ TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
       const size_t n = t % 17 == 5 ? 0 : (t * 7) % 13 + 1;
       tensors.push_back(std::make_unique<DeviceFloats>(*rt, device, n));
       for (size_t i = 0; i < n; ++i) tensors[t]->data[i] = float(rank + 1) * float(i + t % 50);
-      requests.push_back(cudaRequest("many." + std::to_string(t), OpType::kAllreduce, n, device));
+      requests.push_back(
+          cudaRequest("many." + std::to_string(t), OpType::kAllreduce, n, device));
       Entry e;
       e.input = e.output = tensors[t]->data;
       entries.push_back(std::move(e));
@@ -181,7 +182,8 @@ TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
     for (const Handle& h : handles) ASSERT_TRUE(settle(h).ok()) << h.status().message;
     for (size_t t = 0; t < kTensors; ++t) {
       for (size_t i = 0; i < tensors[t]->n; ++i) {
-        ASSERT_EQ(tensors[t]->data[i], 3.0f * float(i + t % 50)) << "tensor " << t << " [" << i << "]";
+        ASSERT_EQ(tensors[t]->data[i], 3.0f * float(i + t % 50))
+            << "tensor " << t << " [" << i << "]";
       }
     }
     const EngineStats stats = engine.stats();
@@ -205,9 +207,8 @@ TEST(GpuOrchestration, FusedAllreducePacksAtSixteenByteAlignedOffsets) {
   auto devices = std::make_shared<comm::cuda::DeviceSet>(rt);
   const Config config = gpuConfig(rt);
   const Identity identity;  // rank 0 of 1
-  const comm::BackendArgs args{config, identity,
-                               rendezvous::makeMapStore(std::make_shared<rendezvous::KeyValueMap>()),
-                               "127.0.0.1"};
+  auto store = rendezvous::makeMapStore(std::make_shared<rendezvous::KeyValueMap>());
+  const comm::BackendArgs args{config, identity, store, "127.0.0.1"};
   comm::cuda::GpuExecutor exec(devices, comm::createGpuCollectives("nccl", args, devices), 0, 1);
   const std::vector<uint64_t> counts = {1, 7, 3, 0, 5, 2, 4};
   std::vector<std::unique_ptr<DeviceFloats>> in, out;
@@ -225,8 +226,8 @@ TEST(GpuOrchestration, FusedAllreducePacksAtSixteenByteAlignedOffsets) {
   const auto* fused = static_cast<const float*>(devices->at(0).fusion(0));  // the same buffer
   for (size_t t = 0; t < counts.size(); ++t) {
     for (size_t i = 0; i < counts[t]; ++i) {
-      EXPECT_EQ(fused[layout.offsets[t] + i], float(100 * t + i)) << "tensor " << t << " [" << i << "]";
-      EXPECT_EQ(out[t]->data[i], float(100 * t + i)) << "tensor " << t << " [" << i << "]";
+      EXPECT_EQ(fused[layout.offsets[t] + i], float(100 * t + i)) << "tensor " << t << " " << i;
+      EXPECT_EQ(out[t]->data[i], float(100 * t + i)) << "tensor " << t << " " << i;
     }
   }
 }

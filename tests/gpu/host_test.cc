@@ -153,7 +153,8 @@ TEST(GpuCopyPlan, LongListsSplitIntoLaunchesCoveringEveryElementOnce) {
 }
 
 TEST(GpuCopyPlan, LaunchLimitIsExact) {
-  for (uint32_t limit : {1u, 2u, comm::cuda::kSmallDescsPerLaunch, comm::cuda::kMaxDescsPerLaunch}) {
+  for (uint32_t limit :
+       {1u, 2u, comm::cuda::kSmallDescsPerLaunch, comm::cuda::kMaxDescsPerLaunch}) {
     for (size_t n : {size_t(limit) - 1, size_t(limit), size_t(limit) + 1, 2 * size_t(limit) + 1}) {
       if (n == 0) continue;
       std::vector<CopyDesc> copies;
@@ -192,8 +193,8 @@ TEST(GpuCopyPlan, DescOfChunkFindsTheLastDescStartingAtOrBefore) {
   };
   const std::vector<D> descs = {{0}, {1}, {5}, {6}, {100}};
   const uint32_t n = static_cast<uint32_t>(descs.size());
-  const std::vector<std::pair<uint64_t, uint32_t>> cases = {
-      {0, 0}, {1, 1}, {4, 1}, {5, 2}, {6, 3}, {99, 3}, {100, 4}, {1000, 4}};
+  const std::vector<std::pair<uint64_t, uint32_t>> cases = {{0, 0}, {1, 1},  {4, 1},   {5, 2},
+                                                            {6, 3}, {99, 3}, {100, 4}, {1000, 4}};
   for (const auto& [chunk, want] : cases) {
     EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, n, chunk), want) << chunk;
     for (uint32_t from = 0; from <= want; ++from) {

@@ -11,9 +11,9 @@
 #include "comm/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/test_values.h"
-#include "gpu_test_util.h"
 #include "execution/layout.h"
 #include "execution/reduce.h"
+#include "gpu_test_util.h"
 
 namespace kolo::test {
 namespace {

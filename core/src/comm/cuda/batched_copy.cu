@@ -18,10 +18,10 @@
 
 // Up to 32764 bytes of kernel parameters need CUDA 12.1 and sm_70 (Volta).
 #if CUDART_VERSION < 12010
-#error "kolo's batched copy passes its descriptors as a 32 KB kernel parameter: CUDA 12.1 or newer is required"
+#error "kolo's batched copy passes up to 32 KB of kernel parameters: it needs CUDA 12.1+"
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
-#error "kolo's batched copy needs sm_70 (Volta) or newer: set CMAKE_CUDA_ARCHITECTURES to 70 or higher"
+#error "kolo's batched copy needs sm_70 (Volta) or newer: set CMAKE_CUDA_ARCHITECTURES >= 70"
 #endif
 
 namespace kolo::comm::cuda {

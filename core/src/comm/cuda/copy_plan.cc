@@ -38,8 +38,7 @@ CopyPlan planCopies(const std::vector<CopyDesc>& copies, size_t elementSize, siz
                      " bytes is not a positive multiple of 16");
   KOLO_CHECK_ARG(maxDescsPerLaunch >= 1 && maxDescsPerLaunch <= kMaxDescsPerLaunch,
                  "batched copy: " + std::to_string(maxDescsPerLaunch) +
-                     " descriptors per launch is outside 1.." +
-                     std::to_string(kMaxDescsPerLaunch));
+                     " descriptors per launch is outside 1.." + std::to_string(kMaxDescsPerLaunch));
   CopyPlan plan;
   plan.chunkElements = chunkBytes / elementSize;
   plan.descs.reserve(copies.size());

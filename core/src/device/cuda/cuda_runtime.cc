@@ -119,12 +119,12 @@ CudaRuntime::DeviceShape CudaRuntime::shapeOf(int device) {
   }
   DeviceShape shape;
   KOLO_CUDA_CHECK(cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, device));
-  KOLO_CUDA_CHECK(cudaDeviceGetAttribute(&shape.threadsPerSm,
-                                         cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  KOLO_CUDA_CHECK(
+      cudaDeviceGetAttribute(&shape.threadsPerSm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
   if (cached) {
-    shapes_[device].store(static_cast<uint64_t>(shape.sms) << 32 |
-                              static_cast<uint32_t>(shape.threadsPerSm),
-                          std::memory_order_relaxed);
+    shapes_[device].store(
+        static_cast<uint64_t>(shape.sms) << 32 | static_cast<uint32_t>(shape.threadsPerSm),
+        std::memory_order_relaxed);
   }
   return shape;
 }
