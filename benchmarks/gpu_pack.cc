@@ -12,8 +12,9 @@
 // --tensors 512 --total-mib 64).
 //
 // Packs N tensors of log-uniform mixed sizes (1 KiB .. 8 MiB, scaled to
-// M MiB in total) into one fusion buffer with one kernel launch (as the
-// engine does for a fused response; descriptor upload included), unpacks
+// M MiB in total) into one fusion buffer at the 16-byte aligned offsets of
+// kolo::fusionLayout, with one kernel launch per 1000 tensors, descriptors
+// passed as kernel parameters (as the engine does for a fused response), unpacks
 // them again, and times both against one cudaMemcpyAsync D2D of the same
 // bytes. Bandwidth counts read + write (2 x bytes / time), like a memcpy
 // benchmark. Goal: pack and unpack >= 90% of the memcpy rate for 100+
@@ -35,6 +36,7 @@
 #include "comm/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/cuda/memory.h"
+#include "execution/layout.h"
 
 using kolo::DataType;
 using kolo::comm::cuda::CopyDesc;
@@ -157,7 +159,7 @@ int main(int argc, char** argv) {
   uint64_t total = 0;
   for (int t = 0; t < tensors; ++t) {
     counts[t] = std::max<uint64_t>(1, static_cast<uint64_t>(raw[t] / rawTotal * want));
-    // Odd sizes on purpose: packed offsets are then mostly not 16-byte aligned.
+    // Odd sizes on purpose: each tensor's end is then padded to 16 bytes.
     counts[t] |= 1;
     total += counts[t];
   }
@@ -178,16 +180,16 @@ int main(int argc, char** argv) {
     KOLO_CUDA_CHECK(cudaMalloc(&bufs[t], counts[t] * sizeof(float)));
     KOLO_CUDA_CHECK(cudaMemset(bufs[t], 0, counts[t] * sizeof(float)));
   }
-  void* fused = ctx.fusion(bytes);
+  const kolo::FusionLayout layout =
+      kolo::fusionLayout(counts, sizeof(float), kolo::kGpuFusionAlignBytes);
+  void* fused = ctx.fusion(layout.total * sizeof(float));
   void* other = nullptr;
   KOLO_CUDA_CHECK(cudaMalloc(&other, bytes));
   std::vector<CopyDesc> pack(tensors), unpack(tensors);
-  uint64_t offset = 0;
   for (int t = 0; t < tensors; ++t) {
-    char* slot = static_cast<char*>(fused) + offset * sizeof(float);
+    char* slot = static_cast<char*>(fused) + layout.offsets[t] * sizeof(float);
     pack[t] = CopyDesc{bufs[t], slot, counts[t]};
     unpack[t] = CopyDesc{slot, bufs[t], counts[t]};
-    offset += counts[t];
   }
 
   const double memcpyMs = timeMs(stream, iters, [&] {

@@ -9,6 +9,7 @@
 // Every wait is bounded by an event with a generous limit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -18,9 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "comm/backend_args.h"
+#include "comm/cuda/gpu_executor.h"
+#include "comm/select.h"
 #include "device/host/host_runtime.h"
+#include "execution/layout.h"
 #include "harness/harness.h"
 #include "kolo/engine.h"
+#include "rendezvous/key_value_map.h"
 
 namespace kolo {
 namespace {
@@ -146,6 +152,84 @@ void fusedAllreduceAndFriends(int size) {
       EXPECT_EQ(gathered->data[2 * r + 1], float(r) + 0.5f);
     }
   }, gpuConfig(rt));
+}
+
+// A fused allreduce of more tensors than one pack launch holds (1000
+// descriptors, comm/cuda/copy_plan.h), of odd sizes (so each one's offset
+// in the fusion buffer is padded to 16 bytes) and some empty: the host
+// runtime runs the CUDA runtime's plan launch by launch, chunk by chunk,
+// so a launch split or layout slip shows as a wrong value.
+TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  constexpr size_t kTensors = 1200;  // 1129 of them non-empty
+  std::atomic<uint64_t> meanPerResponse{0};
+  test::spawn(2, [&](int rank, Engine& engine) {
+    const int device = rank;
+    std::vector<std::unique_ptr<DeviceFloats>> tensors;
+    std::vector<Request> requests;
+    std::vector<Entry> entries;
+    for (size_t t = 0; t < kTensors; ++t) {
+      const size_t n = t % 17 == 5 ? 0 : (t * 7) % 13 + 1;
+      tensors.push_back(std::make_unique<DeviceFloats>(*rt, device, n));
+      for (size_t i = 0; i < n; ++i) tensors[t]->data[i] = float(rank + 1) * float(i + t % 50);
+      requests.push_back(
+          cudaRequest("many." + std::to_string(t), OpType::kAllreduce, n, device));
+      Entry e;
+      e.input = e.output = tensors[t]->data;
+      entries.push_back(std::move(e));
+    }
+    std::vector<Handle> handles = engine.enqueueGroup(requests, std::move(entries));
+    for (const Handle& h : handles) ASSERT_TRUE(settle(h).ok()) << h.status().message;
+    for (size_t t = 0; t < kTensors; ++t) {
+      for (size_t i = 0; i < tensors[t]->n; ++i) {
+        ASSERT_EQ(tensors[t]->data[i], 3.0f * float(i + t % 50))
+            << "tensor " << t << " [" << i << "]";
+      }
+    }
+    const EngineStats stats = engine.stats();
+    EXPECT_EQ(stats.fusedTensors, kTensors);
+    // More non-empty tensors per response on average than one launch
+    // holds: some response's pack was split over several launches.
+    uint64_t nonEmpty = 0;
+    for (const auto& t : tensors) nonEmpty += t->n > 0 ? 1 : 0;
+    if (rank == 0) meanPerResponse = nonEmpty / std::max<uint64_t>(stats.responses, 1);
+  }, gpuConfig(rt));
+  EXPECT_GT(meanPerResponse.load(), comm::cuda::kMaxDescsPerLaunch);
+}
+
+// GpuExecutor's fused allreduce puts tensor i of its fusion buffer at
+// fusionLayout's offset, a multiple of 16 bytes (execution/layout.h), so no
+// tensor takes the kernel's element-by-element path; the planner budgets
+// the padding. Read back from the fusion buffer after the pack (one rank:
+// the buffer holds the packed inputs).
+TEST(GpuOrchestration, FusedAllreducePacksAtSixteenByteAlignedOffsets) {
+  auto rt = std::make_shared<HostRuntime>(1);
+  auto devices = std::make_shared<comm::cuda::DeviceSet>(rt);
+  const Config config = gpuConfig(rt);
+  const Identity identity;  // rank 0 of 1
+  auto store = rendezvous::makeMapStore(std::make_shared<rendezvous::KeyValueMap>());
+  const comm::BackendArgs args{config, identity, store, "127.0.0.1"};
+  comm::cuda::GpuExecutor exec(devices, comm::createGpuCollectives("nccl", args, devices), 0, 1);
+  const std::vector<uint64_t> counts = {1, 7, 3, 0, 5, 2, 4};
+  std::vector<std::unique_ptr<DeviceFloats>> in, out;
+  std::vector<comm::cuda::DeviceTensor> tensors;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    in.push_back(std::make_unique<DeviceFloats>(*rt, 0, counts[t]));
+    out.push_back(std::make_unique<DeviceFloats>(*rt, 0, counts[t]));
+    for (size_t i = 0; i < counts[t]; ++i) in[t]->data[i] = float(100 * t + i);
+    tensors.push_back(comm::cuda::DeviceTensor{in[t]->data, out[t]->data, counts[t]});
+  }
+  exec.allreduce(0, tensors, DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0);
+  exec.synchronize(0);
+  const FusionLayout layout = fusionLayout(counts, sizeof(float), kGpuFusionAlignBytes);
+  EXPECT_EQ(layout.offsets, (std::vector<uint64_t>{0, 4, 12, 16, 16, 24, 28}));
+  const auto* fused = static_cast<const float*>(devices->at(0).fusion(0));  // the same buffer
+  for (size_t t = 0; t < counts.size(); ++t) {
+    for (size_t i = 0; i < counts[t]; ++i) {
+      EXPECT_EQ(fused[layout.offsets[t] + i], float(100 * t + i)) << "tensor " << t << " " << i;
+      EXPECT_EQ(out[t]->data[i], float(100 * t + i)) << "tensor " << t << " " << i;
+    }
+  }
 }
 
 TEST(GpuOrchestration, FusedAllreduceBroadcastAllgatherOnTwoRanks) { fusedAllreduceAndFriends(2); }

@@ -1,8 +1,11 @@
 // GPU-path logic that runs without a GPU: copy planning, transforms and
 // neutral values, buffer growth, NCCL type/op mapping and argument checks,
 // backend selection, and the staging backend's pass-through of host memory.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -44,25 +47,173 @@ TEST(GpuCopyPlan, ChunksNeverStraddleTensorsAndDropEmptyOnes) {
   EXPECT_EQ(plan.descs[2].firstChunk, 2u);
   EXPECT_EQ(plan.descs[2].count, 16385u);
   EXPECT_EQ(plan.chunks, 4u);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  EXPECT_EQ(plan.launches[0].firstDesc, 0u);
+  EXPECT_EQ(plan.launches[0].numDescs, 3u);
+  EXPECT_EQ(plan.launches[0].chunks, 4u);
 }
 
 TEST(GpuCopyPlan, EmptyPlanLaunchesNothing) {
   EXPECT_EQ(comm::cuda::planCopies({}, 2).chunks, 0u);
+  EXPECT_TRUE(comm::cuda::planCopies({}, 2).launches.empty());
   char a[1];
-  EXPECT_EQ(comm::cuda::planCopies({{a, a, 0}}, 8).chunks, 0u);
+  const auto plan = comm::cuda::planCopies({{a, a, 0}, {a, nullptr, 0}}, 8);
+  EXPECT_EQ(plan.chunks, 0u);
+  EXPECT_TRUE(plan.launches.empty());
+  EXPECT_TRUE(plan.descs.empty());
 }
 
 TEST(GpuCopyPlan, RejectsBadArguments) {
   char a[1];
   EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 24), InvalidArgument);  // not 16-aligned
+  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 0), InvalidArgument);
   EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 3), InvalidArgument);
   EXPECT_THROW(comm::cuda::planCopies({{a, nullptr, 1}}, 4), InvalidArgument);
+  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 64, 0), InvalidArgument);
+  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 64, comm::cuda::kMaxDescsPerLaunch + 1),
+               InvalidArgument);
 }
 
-TEST(GpuCopyPlan, PackOffsetsAreDense) {
-  std::vector<uint64_t> offsets;
-  EXPECT_EQ(comm::cuda::packOffsets({3, 0, 5, 1}, offsets), 9u);
-  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 3, 3, 8}));
+// Replays a plan as the kernel's blocks (and the host runtime) do: every
+// launch's chunks in order, each found by descOfChunk from the previous
+// chunk's descriptor and, independently, from 0. Returns, per tensor, how
+// many times each element was covered.
+std::vector<std::vector<int>> coverage(const std::vector<CopyDesc>& copies,
+                                       const comm::cuda::CopyPlan& plan) {
+  std::vector<std::vector<int>> covered(copies.size());
+  for (size_t t = 0; t < copies.size(); ++t) covered[t].assign(copies[t].count, 0);
+  size_t nextDesc = 0;
+  for (const comm::cuda::CopyLaunch& l : plan.launches) {
+    EXPECT_EQ(l.firstDesc, nextDesc);
+    EXPECT_GE(l.numDescs, 1u);
+    EXPECT_LE(l.numDescs, comm::cuda::kMaxDescsPerLaunch);
+    nextDesc += l.numDescs;
+    const comm::cuda::DeviceCopyDesc* descs = plan.descs.data() + l.firstDesc;
+    EXPECT_EQ(descs[0].firstChunk, 0u) << "each launch numbers its chunks from 0";
+    uint64_t expectFirst = 0;
+    for (uint32_t i = 0; i < l.numDescs; ++i) {
+      EXPECT_EQ(descs[i].firstChunk, expectFirst);
+      expectFirst += (descs[i].count + plan.chunkElements - 1) / plan.chunkElements;
+    }
+    EXPECT_EQ(expectFirst, l.chunks);
+    uint32_t i = 0;
+    for (uint64_t chunk = 0; chunk < l.chunks; ++chunk) {
+      i = comm::cuda::descOfChunk(descs, i, l.numDescs, chunk);
+      EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, l.numDescs, chunk), i) << chunk;
+      const comm::cuda::DeviceCopyDesc& d = descs[i];
+      const uint64_t begin = (chunk - d.firstChunk) * plan.chunkElements;
+      const uint64_t n = std::min(plan.chunkElements, d.count - begin);
+      // Which tensor: the desc's dst is the tensor's index (see the callers).
+      const size_t t = reinterpret_cast<uintptr_t>(d.dst) - 1;
+      for (uint64_t k = begin; k < begin + n; ++k) covered.at(t).at(k) += 1;
+    }
+  }
+  EXPECT_EQ(nextDesc, plan.descs.size());
+  return covered;
+}
+
+// A list longer than one launch splits into launches that, together, cover
+// every element of every tensor exactly once; empty tensors take no slot.
+TEST(GpuCopyPlan, LongListsSplitIntoLaunchesCoveringEveryElementOnce) {
+  std::vector<CopyDesc> copies;
+  size_t nonEmpty = 0;
+  for (size_t t = 0; t < 2500; ++t) {
+    // dst encodes the tensor (never dereferenced): index + 1, non-null.
+    void* dst = reinterpret_cast<void*>(static_cast<uintptr_t>(t + 1));
+    const uint64_t count = t % 7 == 3 ? 0 : (t * 37) % 301 + (t % 100 == 0 ? 5000 : 0);
+    copies.push_back(CopyDesc{t % 5 == 0 ? nullptr : dst, dst, count});
+    if (count > 0) ++nonEmpty;
+  }
+  const auto plan = comm::cuda::planCopies(copies, 2, 256);  // 128 elements per chunk
+  EXPECT_EQ(plan.descs.size(), nonEmpty);
+  const size_t launches =
+      (nonEmpty + comm::cuda::kMaxDescsPerLaunch - 1) / comm::cuda::kMaxDescsPerLaunch;
+  ASSERT_EQ(plan.launches.size(), launches);
+  ASSERT_GE(launches, 3u);
+  for (size_t l = 0; l + 1 < launches; ++l) {
+    EXPECT_EQ(plan.launches[l].numDescs, comm::cuda::kMaxDescsPerLaunch) << l;
+  }
+  uint64_t chunks = 0;
+  for (const auto& l : plan.launches) chunks += l.chunks;
+  EXPECT_EQ(chunks, plan.chunks);
+  const auto covered = coverage(copies, plan);
+  for (size_t t = 0; t < copies.size(); ++t) {
+    for (size_t k = 0; k < covered[t].size(); ++k) {
+      ASSERT_EQ(covered[t][k], 1) << "tensor " << t << " element " << k;
+    }
+  }
+  // Order and sources are kept.
+  size_t d = 0;
+  for (size_t t = 0; t < copies.size(); ++t) {
+    if (copies[t].count == 0) continue;
+    EXPECT_EQ(plan.descs[d].src, copies[t].src);
+    EXPECT_EQ(plan.descs[d].dst, copies[t].dst);
+    ++d;
+  }
+}
+
+TEST(GpuCopyPlan, LaunchLimitIsExact) {
+  for (uint32_t limit :
+       {1u, 2u, comm::cuda::kSmallDescsPerLaunch, comm::cuda::kMaxDescsPerLaunch}) {
+    for (size_t n : {size_t(limit) - 1, size_t(limit), size_t(limit) + 1, 2 * size_t(limit) + 1}) {
+      if (n == 0) continue;
+      std::vector<CopyDesc> copies;
+      for (size_t t = 0; t < n; ++t) {
+        void* dst = reinterpret_cast<void*>(static_cast<uintptr_t>(t + 1));
+        copies.push_back(CopyDesc{dst, dst, t % 3 + 1});
+      }
+      const auto plan = comm::cuda::planCopies(copies, 4, 16, limit);  // 4 elements per chunk
+      EXPECT_EQ(plan.launches.size(), (n + limit - 1) / limit) << limit << " " << n;
+      EXPECT_EQ(plan.launches.back().numDescs, n - (plan.launches.size() - 1) * limit);
+      const auto covered = coverage(copies, plan);
+      for (size_t t = 0; t < n; ++t) {
+        EXPECT_EQ(covered[t], std::vector<int>(copies[t].count, 1)) << t;
+      }
+    }
+  }
+}
+
+TEST(GpuCopyPlan, DescriptorsFitTheKernelParameterSpace) {
+  // The tiers the kernel is instantiated for (batched_copy.cu checks the
+  // exact parameter sizes at compile time).
+  EXPECT_EQ(comm::cuda::descTier(1), comm::cuda::kSmallDescsPerLaunch);
+  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kSmallDescsPerLaunch),
+            comm::cuda::kSmallDescsPerLaunch);
+  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kSmallDescsPerLaunch + 1),
+            comm::cuda::kMaxDescsPerLaunch);
+  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kMaxDescsPerLaunch), comm::cuda::kMaxDescsPerLaunch);
+  EXPECT_LE(comm::cuda::kMaxDescsPerLaunch * sizeof(comm::cuda::DeviceCopyDesc) +
+                comm::cuda::kKernelParamOverheadBytes,
+            comm::cuda::kMaxKernelParamBytes);
+}
+
+TEST(GpuCopyPlan, DescOfChunkFindsTheLastDescStartingAtOrBefore) {
+  struct D {
+    uint64_t firstChunk;
+  };
+  const std::vector<D> descs = {{0}, {1}, {5}, {6}, {100}};
+  const uint32_t n = static_cast<uint32_t>(descs.size());
+  const std::vector<std::pair<uint64_t, uint32_t>> cases = {{0, 0}, {1, 1},  {4, 1},   {5, 2},
+                                                            {6, 3}, {99, 3}, {100, 4}, {1000, 4}};
+  for (const auto& [chunk, want] : cases) {
+    EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, n, chunk), want) << chunk;
+    for (uint32_t from = 0; from <= want; ++from) {
+      EXPECT_EQ(comm::cuda::descOfChunk(descs, from, n, chunk), want) << chunk << " " << from;
+    }
+  }
+  EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, 1, 1000), 0u);
+}
+
+TEST(GpuCopyPlan, GridIsOneBlockPerChunkUpToWhatTheDeviceHolds) {
+  // H100: 132 SMs of 2048 threads, 8 blocks of 256 threads each.
+  EXPECT_EQ(comm::cuda::copyGridSize(0, 132, 2048), 0u);
+  EXPECT_EQ(comm::cuda::copyGridSize(1, 132, 2048), 1u);
+  EXPECT_EQ(comm::cuda::copyGridSize(1056, 132, 2048), 1056u);
+  EXPECT_EQ(comm::cuda::copyGridSize(1057, 132, 2048), 1056u);
+  EXPECT_EQ(comm::cuda::copyGridSize(uint64_t(1) << 40, 132, 2048), 1056u);
+  // Nonsense attributes still give a valid grid.
+  EXPECT_EQ(comm::cuda::copyGridSize(10, 0, 0), 1u);
+  EXPECT_EQ(comm::cuda::copyGridSize(10, 4, 100), 4u);
 }
 
 TEST(GpuCopyTransform, FollowsTheDtype) {

@@ -1,6 +1,7 @@
 // The batched copy kernel: mixed sizes (0, 1, odd, multi-chunk), unaligned
 // fusion offsets, every dtype, scale / divide / fill, against the CPU
 // arithmetic of core/src/reduce.cc. Needs a GPU.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -10,8 +11,9 @@
 #include "comm/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/test_values.h"
-#include "gpu_test_util.h"
+#include "execution/layout.h"
 #include "execution/reduce.h"
+#include "gpu_test_util.h"
 
 namespace kolo::test {
 namespace {
@@ -135,6 +137,92 @@ TEST(GpuBatchedCopy, InPlaceScale) {
   d.download(got.data());
   EXPECT_EQ(got[0], host[0]);
   for (size_t i = 1; i < host.size(); ++i) ASSERT_EQ(got[i], host[i] * 2.0f) << i;
+}
+
+// More tensors than one launch holds (copy_plan.h's kMaxDescsPerLaunch):
+// 2500 tensors of mixed odd sizes (some empty, some over one chunk) are
+// read from one buffer at dense, mostly unaligned offsets, packed at the
+// 16-byte aligned offsets of kolo::fusionLayout (as GpuExecutor's fused
+// allreduce lays them out) with transform `pack` (every third one filled
+// when withFill), and unpacked densely with `unpack`; each step is
+// compared byte for byte with the CPU's arithmetic.
+void manyTensorsRoundTrip(DataType dtype, const CopyTransform& pack, const CopyTransform& unpack,
+                          bool withFill) {
+  const size_t es = elementSize(dtype);
+  std::vector<uint64_t> counts;
+  for (uint64_t t = 0; t < 2500; ++t) {
+    counts.push_back(t % 11 == 4 ? 0 : (t * 37) % 301 + (t % 250 == 7 ? 40000 : 0));
+  }
+  uint64_t dense = 0;
+  std::vector<uint64_t> denseAt;
+  for (uint64_t c : counts) {
+    denseAt.push_back(dense);
+    dense += c;
+  }
+  const FusionLayout layout = fusionLayout(counts, es, kGpuFusionAlignBytes);
+  ASSERT_GT(counts.size() - std::count(counts.begin(), counts.end(), 0u),
+            size_t(2) * comm::cuda::kMaxDescsPerLaunch);
+
+  std::mt19937 rng(11);
+  TypedBuffer input(dtype, dense);
+  for (size_t i = 0; i < dense; ++i) input.set(i, dataValue(dtype, rng() % 1000));
+  DeviceBytes devIn(input.data(), dense * es);
+  DeviceBytes fused(layout.total * es);
+  DeviceBytes devOut(dense * es);
+  std::vector<char> expectFused(layout.total * es, 0);
+  std::vector<char> expectOut(dense * es, 0);
+  // The gaps of the fused buffer are never written: start them at 0 on both sides.
+  std::vector<char> zeros(layout.total * es, 0);
+  KOLO_CUDA_CHECK(cudaMemcpy(fused.get(), zeros.data(), zeros.size(), cudaMemcpyHostToDevice));
+
+  std::vector<CopyDesc> packDescs, unpackDescs;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    const uint64_t n = counts[t];
+    char* in = static_cast<char*>(devIn.get()) + denseAt[t] * es;
+    char* slot = static_cast<char*>(fused.get()) + layout.offsets[t] * es;
+    char* out = static_cast<char*>(devOut.get()) + denseAt[t] * es;
+    const bool fill = withFill && t % 3 == 2;
+    packDescs.push_back(CopyDesc{fill ? nullptr : in, slot, n});
+    unpackDescs.push_back(CopyDesc{slot, out, n});
+    char* f = expectFused.data() + layout.offsets[t] * es;
+    if (n == 0) continue;
+    if (fill) {
+      for (size_t i = 0; i < n; ++i) std::memcpy(f + i * es, &pack.fillBits, es);
+    } else {
+      std::memcpy(f, static_cast<const char*>(input.data()) + denseAt[t] * es, n * es);
+      if (pack.kind == CopyTransform::Kind::kScale) scaleElements(f, n, dtype, pack.scale);
+      if (pack.kind == CopyTransform::Kind::kDivide) divideElements(f, n, dtype, pack.divisor);
+    }
+    char* o = expectOut.data() + denseAt[t] * es;
+    std::memcpy(o, f, n * es);
+    if (unpack.kind == CopyTransform::Kind::kScale) scaleElements(o, n, dtype, unpack.scale);
+    if (unpack.kind == CopyTransform::Kind::kDivide) divideElements(o, n, dtype, unpack.divisor);
+  }
+  comm::cuda::DeviceSet devices;
+  comm::cuda::DeviceContext& ctx = devices.at(0);
+  ctx.batchedCopy(packDescs, dtype, pack);
+  ctx.synchronize();
+  EXPECT_TRUE(fused.download() == expectFused) << "pack " << toString(dtype);
+  ctx.batchedCopy(unpackDescs, dtype, unpack);
+  ctx.synchronize();
+  EXPECT_TRUE(devOut.download() == expectOut) << "unpack " << toString(dtype);
+}
+
+TEST(GpuBatchedCopy, MoreTensorsThanOneLaunchHoldsEveryTransform) {
+  KOLO_REQUIRE_GPU();
+  for (DataType dtype : kAllDataTypes) {
+    SCOPED_TRACE(toString(dtype));
+    manyTensorsRoundTrip(dtype, CopyTransform{}, CopyTransform{}, false);
+    CopyTransform fill;
+    fill.fillBits = comm::cuda::neutralBits(dtype, ReduceOp::kMax);
+    manyTensorsRoundTrip(dtype, fill, CopyTransform{}, true);
+    if (dtype == DataType::kBool) continue;
+    manyTensorsRoundTrip(dtype, comm::cuda::makeTransform(dtype, 0.5),
+                         comm::cuda::makeTransform(dtype, 3.0), false);
+    if (!isFloatingPoint(dtype)) {
+      manyTensorsRoundTrip(dtype, CopyTransform{}, comm::cuda::makeTransform(dtype, 1.0, 3), false);
+    }
+  }
 }
 
 TEST(GpuBuffers, FusionBufferIsReusedAndGrowsRarely) {

@@ -1,8 +1,14 @@
-// The batched copy kernel. Block b copies chunk b: it finds its tensor by a
-// binary search over the descriptors' firstChunk, then moves up to
+// The batched copy kernel. A launch's descriptors are its kernel parameter
+// (__grid_constant__: read in place from the parameter space, never copied
+// to local memory). Blocks stride over the launch's chunks; for each chunk
+// a block finds its tensor by a binary search over the descriptors'
+// firstChunk, starting from the previous chunk's tensor, then moves up to
 // chunkElements elements with 16-byte vector accesses where the source and
 // destination alignments allow it (head and tail elements one by one).
 #include "comm/cuda/batched_copy.h"
+
+#include <cstring>
+#include <string>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,10 +16,18 @@
 #include "comm/cuda/check.h"
 #include "kolo/error.h"
 
+// Up to 32764 bytes of kernel parameters need CUDA 12.1 and sm_70 (Volta).
+#if CUDART_VERSION < 12010
+#error "kolo's batched copy passes up to 32 KB of kernel parameters: it needs CUDA 12.1+"
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
+#error "kolo's batched copy needs sm_70 (Volta) or newer: set CMAKE_CUDA_ARCHITECTURES >= 70"
+#endif
+
 namespace kolo::comm::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = static_cast<int>(kCopyThreadsPerBlock);
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread
 
 struct CopyOp {
@@ -78,23 +92,14 @@ struct DivideOp {
   }
 };
 
-// The descriptor whose chunks include chunk: the last one with firstChunk <= chunk.
-__device__ const DeviceCopyDesc& findDesc(const DeviceCopyDesc* descs, uint32_t n,
-                                          uint64_t chunk) {
-  uint32_t lo = 0, hi = n;  // answer in [lo, hi)
-  while (hi - lo > 1) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (descs[mid].firstChunk <= chunk) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return descs[lo];
-}
-
+// src and dst are __restrict__ although an in-place transform passes
+// src == dst: every element is loaded once, by the thread that then stores
+// it from that load, and no element is loaded after any store to it, so no
+// load can be reordered past a store it depends on, nor read a stale line
+// through the read-only cache. Partly overlapping ranges are not allowed.
 template <typename T, typename Op>
-__device__ void copyRange(const T* src, T* dst, uint64_t n, const Op& op) {
+__device__ void copyRange(const T* __restrict__ src, T* __restrict__ dst, uint64_t n,
+                          const Op& op) {
   constexpr int kVec = 16 / sizeof(T);
   const uintptr_t sa = reinterpret_cast<uintptr_t>(src);
   const uintptr_t da = reinterpret_cast<uintptr_t>(dst);
@@ -107,8 +112,8 @@ __device__ void copyRange(const T* src, T* dst, uint64_t n, const Op& op) {
   }
   const uint64_t tail = head + vectors * kVec;
   for (uint64_t i = threadIdx.x; i < head; i += blockDim.x) dst[i] = op(src[i]);
-  const uint4* s4 = reinterpret_cast<const uint4*>(src + head);
-  uint4* d4 = reinterpret_cast<uint4*>(dst + head);
+  const uint4* __restrict__ s4 = reinterpret_cast<const uint4*>(src + head);
+  uint4* __restrict__ d4 = reinterpret_cast<uint4*>(dst + head);
   const uint64_t stride = static_cast<uint64_t>(blockDim.x) * kUnroll;
   uint64_t base = threadIdx.x;
   for (; base + (kUnroll - 1) * blockDim.x < vectors; base += stride) {
@@ -134,93 +139,120 @@ __device__ void copyRange(const T* src, T* dst, uint64_t n, const Op& op) {
 }
 
 template <typename T>
-__device__ void fillRange(T* dst, uint64_t n, uint64_t bits) {
+__device__ void fillRange(T* __restrict__ dst, uint64_t n, uint64_t bits) {
   T value;
   memcpy(&value, &bits, sizeof(T));
   for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = value;
 }
 
-template <typename T, typename Op>
+// Everything a launch passes, as one kernel parameter. Descs is the tier:
+// how many descriptors the parameter has room for.
+template <uint32_t Descs, typename Op>
+struct KernelArgs {
+  DeviceCopyDesc descs[Descs];  // the first numDescs are the launch's
+  uint64_t chunks;              // over all descriptors
+  uint64_t chunkElements;
+  uint64_t fillBits;
+  uint32_t numDescs;
+  Op op;
+};
+
+template <typename T, uint32_t Descs, typename Op>
 __global__ void __launch_bounds__(kThreads)
-    batchedCopyKernel(const DeviceCopyDesc* descs, uint32_t numDescs, uint64_t chunkElements,
-                      Op op, uint64_t fillBits) {
-  const uint64_t chunk = blockIdx.x;
-  const DeviceCopyDesc& d = findDesc(descs, numDescs, chunk);
-  const uint64_t begin = (chunk - d.firstChunk) * chunkElements;
-  const uint64_t n = min(chunkElements, d.count - begin);
-  T* dst = static_cast<T*>(d.dst) + begin;
-  if (d.src == nullptr) {
-    fillRange(dst, n, fillBits);  // neutral values are not transformed
-    return;
+    batchedCopyKernel(const __grid_constant__ KernelArgs<Descs, Op> args) {
+  uint32_t i = 0;  // the descriptor of the block's previous chunk: chunks only grow
+  for (uint64_t chunk = blockIdx.x; chunk < args.chunks; chunk += gridDim.x) {
+    i = descOfChunk(args.descs, i, args.numDescs, chunk);
+    const DeviceCopyDesc& d = args.descs[i];
+    const uint64_t begin = (chunk - d.firstChunk) * args.chunkElements;
+    const uint64_t n = min(args.chunkElements, d.count - begin);
+    T* dst = static_cast<T*>(d.dst) + begin;
+    if (d.src == nullptr) {
+      fillRange(dst, n, args.fillBits);  // neutral values are not transformed
+    } else {
+      copyRange(static_cast<const T*>(d.src) + begin, dst, n, args.op);
+    }
   }
-  copyRange(static_cast<const T*>(d.src) + begin, dst, n, op);
 }
 
+template <typename T, uint32_t Descs, typename Op>
+void launchTier(const LaunchShape& shape, Op op, uint64_t fillBits, cudaStream_t stream) {
+  static_assert(sizeof(KernelArgs<Descs, Op>) <= kMaxKernelParamBytes,
+                "kernel parameters over CUDA's 32764-byte limit");
+  static_assert(sizeof(KernelArgs<Descs, Op>) - sizeof(DeviceCopyDesc) * Descs <=
+                    kKernelParamOverheadBytes,
+                "copy_plan.h's kKernelParamOverheadBytes is too small");
+  KernelArgs<Descs, Op> args;  // descriptors past numDescs stay unset: never read
+  std::memcpy(args.descs, shape.descs, sizeof(DeviceCopyDesc) * shape.numDescs);
+  args.chunks = shape.chunks;
+  args.chunkElements = shape.chunkElements;
+  args.fillBits = fillBits;
+  args.numDescs = shape.numDescs;
+  args.op = op;
+  batchedCopyKernel<T, Descs, Op><<<shape.grid, kThreads, 0, stream>>>(args);
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return;
+  if (sizeof(args) > 4096) {
+    // Parameters over 4 KiB also need a driver of CUDA 12.1 or newer.
+    throw Internal("batched copy: launch with " + std::to_string(sizeof(args)) +
+                   " bytes of kernel parameters failed: " + describe(err) +
+                   " (kolo needs an NVIDIA driver for CUDA 12.1 or newer, R530+)");
+  }
+  throwCudaError(err, "batched copy kernel launch");
+}
+
+// The launch in the tier its descriptor count needs: 2 kernels per (T, Op).
 template <typename T, typename Op>
-void launch(const DeviceCopyDesc* descs, uint32_t numDescs, uint64_t chunks,
-            uint64_t chunkElements, Op op, uint64_t fillBits, cudaStream_t stream) {
-  batchedCopyKernel<T, Op><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
-      descs, numDescs, chunkElements, op, fillBits);
-  KOLO_CUDA_CHECK(cudaGetLastError());
+void launch(const LaunchShape& shape, Op op, uint64_t fillBits, cudaStream_t stream) {
+  if (descTier(shape.numDescs) == kSmallDescsPerLaunch) {
+    launchTier<T, kSmallDescsPerLaunch>(shape, op, fillBits, stream);
+  } else {
+    launchTier<T, kMaxDescsPerLaunch>(shape, op, fillBits, stream);
+  }
 }
 
 }  // namespace
 
-void launchBatchedCopy(const DeviceCopyDesc* deviceDescs, uint32_t numDescs, uint64_t chunks,
-                       uint64_t chunkElements, DataType dtype, const CopyTransform& t,
+void launchBatchedCopy(const LaunchShape& shape, DataType dtype, const CopyTransform& t,
                        cudaStream_t stream) {
-  if (chunks == 0) return;
-  KOLO_ENFORCE(chunks <= 0x7fffffffULL, "batched copy: too many chunks in one launch");
-  const auto* d = deviceDescs;
+  if (shape.chunks == 0) return;
+  KOLO_ENFORCE(shape.numDescs >= 1 && shape.numDescs <= kMaxDescsPerLaunch && shape.grid >= 1,
+               "batched copy: launch of " + std::to_string(shape.numDescs) +
+                   " descriptors over " + std::to_string(shape.grid) + " blocks");
   const uint64_t f = t.fillBits;
   using Kind = CopyTransform::Kind;
   if (t.kind == Kind::kCopy) {
     switch (elementSize(dtype)) {
-      case 1: return launch<uint8_t>(d, numDescs, chunks, chunkElements, CopyOp{}, f, stream);
-      case 2: return launch<uint16_t>(d, numDescs, chunks, chunkElements, CopyOp{}, f, stream);
-      case 4: return launch<uint32_t>(d, numDescs, chunks, chunkElements, CopyOp{}, f, stream);
-      case 8: return launch<uint64_t>(d, numDescs, chunks, chunkElements, CopyOp{}, f, stream);
+      case 1: return launch<uint8_t>(shape, CopyOp{}, f, stream);
+      case 2: return launch<uint16_t>(shape, CopyOp{}, f, stream);
+      case 4: return launch<uint32_t>(shape, CopyOp{}, f, stream);
+      case 8: return launch<uint64_t>(shape, CopyOp{}, f, stream);
     }
   }
   const double s = t.scale;
   if (t.kind == Kind::kScale) {
     switch (dtype) {
-      case DataType::kFloat32:
-        return launch<float>(d, numDescs, chunks, chunkElements, ScaleOp<float>{s}, f, stream);
-      case DataType::kFloat64:
-        return launch<double>(d, numDescs, chunks, chunkElements, ScaleOp<double>{s}, f,
-                              stream);
-      case DataType::kFloat16:
-        return launch<__half>(d, numDescs, chunks, chunkElements, ScaleOp<__half>{s}, f, stream);
+      case DataType::kFloat32: return launch<float>(shape, ScaleOp<float>{s}, f, stream);
+      case DataType::kFloat64: return launch<double>(shape, ScaleOp<double>{s}, f, stream);
+      case DataType::kFloat16: return launch<__half>(shape, ScaleOp<__half>{s}, f, stream);
       case DataType::kBFloat16:
-        return launch<__nv_bfloat16>(d, numDescs, chunks, chunkElements,
-                                     ScaleOp<__nv_bfloat16>{s}, f, stream);
-      case DataType::kInt32:
-        return launch<int32_t>(d, numDescs, chunks, chunkElements, ScaleOp<int32_t>{s}, f, stream);
-      case DataType::kInt64:
-        return launch<int64_t>(d, numDescs, chunks, chunkElements, ScaleOp<int64_t>{s}, f, stream);
-      case DataType::kInt16:
-        return launch<int16_t>(d, numDescs, chunks, chunkElements, ScaleOp<int16_t>{s}, f, stream);
-      case DataType::kInt8:
-        return launch<int8_t>(d, numDescs, chunks, chunkElements, ScaleOp<int8_t>{s}, f, stream);
-      case DataType::kUInt8:
-        return launch<uint8_t>(d, numDescs, chunks, chunkElements, ScaleOp<uint8_t>{s}, f, stream);
+        return launch<__nv_bfloat16>(shape, ScaleOp<__nv_bfloat16>{s}, f, stream);
+      case DataType::kInt32: return launch<int32_t>(shape, ScaleOp<int32_t>{s}, f, stream);
+      case DataType::kInt64: return launch<int64_t>(shape, ScaleOp<int64_t>{s}, f, stream);
+      case DataType::kInt16: return launch<int16_t>(shape, ScaleOp<int16_t>{s}, f, stream);
+      case DataType::kInt8: return launch<int8_t>(shape, ScaleOp<int8_t>{s}, f, stream);
+      case DataType::kUInt8: return launch<uint8_t>(shape, ScaleOp<uint8_t>{s}, f, stream);
       default: break;
     }
   }
   if (t.kind == Kind::kDivide) {
     const int64_t q = t.divisor;
     switch (dtype) {
-      case DataType::kInt32:
-        return launch<int32_t>(d, numDescs, chunks, chunkElements, DivideOp<int32_t>{q}, f, stream);
-      case DataType::kInt64:
-        return launch<int64_t>(d, numDescs, chunks, chunkElements, DivideOp<int64_t>{q}, f, stream);
-      case DataType::kInt16:
-        return launch<int16_t>(d, numDescs, chunks, chunkElements, DivideOp<int16_t>{q}, f, stream);
-      case DataType::kInt8:
-        return launch<int8_t>(d, numDescs, chunks, chunkElements, DivideOp<int8_t>{q}, f, stream);
-      case DataType::kUInt8:
-        return launch<uint8_t>(d, numDescs, chunks, chunkElements, DivideOp<uint8_t>{q}, f, stream);
+      case DataType::kInt32: return launch<int32_t>(shape, DivideOp<int32_t>{q}, f, stream);
+      case DataType::kInt64: return launch<int64_t>(shape, DivideOp<int64_t>{q}, f, stream);
+      case DataType::kInt16: return launch<int16_t>(shape, DivideOp<int16_t>{q}, f, stream);
+      case DataType::kInt8: return launch<int8_t>(shape, DivideOp<int8_t>{q}, f, stream);
+      case DataType::kUInt8: return launch<uint8_t>(shape, DivideOp<uint8_t>{q}, f, stream);
       default: break;
     }
   }

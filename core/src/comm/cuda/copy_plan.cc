@@ -29,34 +29,43 @@ uint64_t extremeBits(bool forMin) {
 
 }  // namespace
 
-CopyPlan planCopies(const std::vector<CopyDesc>& copies, size_t elementSize, size_t chunkBytes) {
+CopyPlan planCopies(const std::vector<CopyDesc>& copies, size_t elementSize, size_t chunkBytes,
+                    uint32_t maxDescsPerLaunch) {
   KOLO_CHECK_ARG(elementSize == 1 || elementSize == 2 || elementSize == 4 || elementSize == 8,
                  "batched copy: element size " + std::to_string(elementSize) + " not supported");
   KOLO_CHECK_ARG(chunkBytes >= 16 && chunkBytes % 16 == 0,
                  "batched copy: chunk size " + std::to_string(chunkBytes) +
                      " bytes is not a positive multiple of 16");
+  KOLO_CHECK_ARG(maxDescsPerLaunch >= 1 && maxDescsPerLaunch <= kMaxDescsPerLaunch,
+                 "batched copy: " + std::to_string(maxDescsPerLaunch) +
+                     " descriptors per launch is outside 1.." + std::to_string(kMaxDescsPerLaunch));
   CopyPlan plan;
   plan.chunkElements = chunkBytes / elementSize;
   plan.descs.reserve(copies.size());
+  CopyLaunch* launch = nullptr;  // the launch being filled
   for (size_t i = 0; i < copies.size(); ++i) {
     const CopyDesc& c = copies[i];
     if (c.count == 0) continue;
     KOLO_CHECK_ARG(c.dst != nullptr,
                    "batched copy: tensor " + std::to_string(i) + " has no destination");
-    plan.descs.push_back(DeviceCopyDesc{c.src, c.dst, c.count, plan.chunks});
-    plan.chunks += (c.count + plan.chunkElements - 1) / plan.chunkElements;
+    if (launch == nullptr || launch->numDescs == maxDescsPerLaunch) {
+      plan.launches.push_back(CopyLaunch{plan.descs.size(), 0, 0});
+      launch = &plan.launches.back();
+    }
+    const uint64_t chunks = (c.count + plan.chunkElements - 1) / plan.chunkElements;
+    plan.descs.push_back(DeviceCopyDesc{c.src, c.dst, c.count, launch->chunks});
+    launch->numDescs += 1;
+    launch->chunks += chunks;
+    plan.chunks += chunks;
   }
   return plan;
 }
 
-uint64_t packOffsets(const std::vector<uint64_t>& counts, std::vector<uint64_t>& offsets) {
-  offsets.resize(counts.size());
-  uint64_t total = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    offsets[i] = total;
-    total += counts[i];
-  }
-  return total;
+uint32_t copyGridSize(uint64_t chunks, int smCount, int maxThreadsPerSm) {
+  const uint64_t perSm = std::max<uint64_t>(
+      1, static_cast<uint64_t>(std::max(maxThreadsPerSm, 0)) / kCopyThreadsPerBlock);
+  const uint64_t bound = perSm * static_cast<uint64_t>(std::max(smCount, 1));
+  return static_cast<uint32_t>(std::min(chunks, bound));
 }
 
 CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor) {

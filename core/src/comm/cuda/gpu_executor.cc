@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "execution/layout.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -187,10 +188,23 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
   const size_t es = elementSize(dtype);
   const CopyTransform pre = makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
-  uint64_t total = 0;
-  for (const DeviceTensor& t : tensors) total += t.count;
 
   const bool inPlace = tensors.size() == 1 && tensors[0].input != nullptr;
+  // A fused buffer holds tensor i at layout.offsets[i], each a multiple of
+  // kGpuFusionAlignBytes, so every tensor (16-byte aligned itself, as any
+  // caching allocator's) packs with vector loads; the collective runs over
+  // layout.total elements, gaps included (every rank lays out the same).
+  FusionLayout layout;
+  if (inPlace) {
+    layout.offsets = {0};
+    layout.total = tensors[0].count;
+  } else {
+    std::vector<uint64_t> counts;
+    counts.reserve(tensors.size());
+    for (const DeviceTensor& t : tensors) counts.push_back(t.count);
+    layout = fusionLayout(counts, es, kGpuFusionAlignBytes);
+  }
+  const uint64_t total = layout.total;
   void* buf;
   if (inPlace) {
     const DeviceTensor& t = tensors[0];
@@ -202,10 +216,8 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
     buf = ctx.fusion(total * es);
     std::vector<CopyDesc> pack;
     pack.reserve(tensors.size());
-    uint64_t offset = 0;
-    for (const DeviceTensor& t : tensors) {
-      pack.push_back(CopyDesc{t.input, at(buf, offset, es), t.count});
-      offset += t.count;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      pack.push_back(CopyDesc{tensors[i].input, at(buf, layout.offsets[i], es), tensors[i].count});
     }
     CopyTransform packTransform = pre;
     packTransform.fillBits = neutralBits(dtype, op);
@@ -225,10 +237,11 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
   }
   std::vector<CopyDesc> unpack;
   unpack.reserve(tensors.size());
-  uint64_t offset = 0;
-  for (const DeviceTensor& t : tensors) {
-    if (t.input != nullptr) unpack.push_back(CopyDesc{at(buf, offset, es), t.output, t.count});
-    offset += t.count;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const DeviceTensor& t = tensors[i];
+    if (t.input != nullptr) {
+      unpack.push_back(CopyDesc{at(buf, layout.offsets[i], es), t.output, t.count});
+    }
   }
   ctx.batchedCopy(unpack, dtype, finish.transform);
   mark(device, GpuPhases::kUnpacked);

@@ -1,6 +1,5 @@
 #include "device/cuda/cuda_runtime.h"
 
-#include <cstring>
 #include <string>
 #include <thread>
 
@@ -28,31 +27,6 @@ thread_local int tPinned = -1;
 
 }  // namespace
 
-// Kernel descriptors travel from pinned host memory through a ring of
-// slots: a slot is written again only once its upload has run, so the host
-// waits only when kSlots launches are still queued on the stream.
-struct CudaRuntime::PackRing {
-  static constexpr int kSlots = 8;
-  struct Slot {
-    void* host = nullptr;
-    size_t capacity = 0;
-    cudaEvent_t uploaded = nullptr;
-    bool inFlight = false;
-  };
-  Slot slots[kSlots];
-  int next = 0;
-  void* device = nullptr;  // descriptors on the device, reused by every launch
-  size_t deviceCapacity = 0;
-
-  ~PackRing() {
-    for (Slot& s : slots) {
-      if (s.uploaded != nullptr) (void)cudaEventDestroy(s.uploaded);
-      if (s.host != nullptr) (void)cudaFreeHost(s.host);
-    }
-    if (device != nullptr) (void)cudaFree(device);
-  }
-};
-
 CudaRuntime::~CudaRuntime() = default;
 
 void CudaRuntime::pinThread(int device) {
@@ -79,16 +53,6 @@ Stream CudaRuntime::createStream(int device) {
 void CudaRuntime::destroyStream(Stream stream) noexcept {
   if (stream == nullptr) return;
   (void)cudaStreamSynchronize(native(stream));
-  std::unique_ptr<PackRing> ring;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = rings_.find(stream);
-    if (it != rings_.end()) {
-      ring = std::move(it->second);
-      rings_.erase(it);
-    }
-  }
-  ring.reset();
   (void)cudaStreamDestroy(native(stream));
 }
 
@@ -148,63 +112,40 @@ void CudaRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, 
   KOLO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, native(stream)));
 }
 
-CudaRuntime::PackRing& CudaRuntime::ringOf(Stream stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& ring = rings_[stream];
-  if (!ring) {
-    ring = std::make_unique<PackRing>();
-    for (PackRing::Slot& s : ring->slots) {
-      KOLO_CUDA_CHECK(cudaEventCreateWithFlags(&s.uploaded, cudaEventDisableTiming));
-    }
+CudaRuntime::DeviceShape CudaRuntime::shapeOf(int device) {
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    const uint64_t packed = shapes_[device].load(std::memory_order_relaxed);
+    if (packed != 0) return {static_cast<int>(packed >> 32), static_cast<int>(packed & 0xffffffff)};
   }
-  return *ring;
+  DeviceShape shape;
+  KOLO_CUDA_CHECK(cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, device));
+  KOLO_CUDA_CHECK(
+      cudaDeviceGetAttribute(&shape.threadsPerSm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  if (cached) {
+    shapes_[device].store(
+        static_cast<uint64_t>(shape.sms) << 32 | static_cast<uint32_t>(shape.threadsPerSm),
+        std::memory_order_relaxed);
+  }
+  return shape;
 }
 
 void CudaRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
                        const comm::cuda::CopyTransform& transform, Stream stream) {
   const comm::cuda::CopyPlan plan = comm::cuda::planCopies(copies, elementSize(dtype));
   if (plan.chunks == 0) return;
-  PackRing& ring = ringOf(stream);
-  const size_t bytes = plan.descs.size() * sizeof(comm::cuda::DeviceCopyDesc);
-  if (bytes > ring.deviceCapacity) {
-    // Rare: queued kernels may still read the old descriptors.
-    KOLO_CUDA_CHECK(cudaStreamSynchronize(native(stream)));
-    if (ring.device != nullptr) KOLO_CUDA_CHECK(cudaFree(ring.device));
-    ring.device = nullptr;
-    ring.deviceCapacity = 0;
-    const size_t next = comm::cuda::grownCapacity(0, bytes);
-    KOLO_CUDA_CHECK(cudaMalloc(&ring.device, next));
-    ring.deviceCapacity = next;
+  int device = tPinned;
+  if (device < 0) KOLO_CUDA_CHECK(cudaGetDevice(&device));
+  const DeviceShape shape = shapeOf(device);
+  for (const comm::cuda::CopyLaunch& l : plan.launches) {
+    comm::cuda::LaunchShape launch;
+    launch.descs = plan.descs.data() + l.firstDesc;
+    launch.numDescs = l.numDescs;
+    launch.chunks = l.chunks;
+    launch.chunkElements = plan.chunkElements;
+    launch.grid = comm::cuda::copyGridSize(l.chunks, shape.sms, shape.threadsPerSm);
+    comm::cuda::launchBatchedCopy(launch, dtype, transform, native(stream));
   }
-  PackRing::Slot& slot = ring.slots[ring.next];
-  ring.next = (ring.next + 1) % PackRing::kSlots;
-  if (slot.inFlight) {
-    // Wait only when the slot's upload is still queued (not for kernels).
-    const cudaError_t q = cudaEventQuery(slot.uploaded);
-    if (q == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      KOLO_CUDA_CHECK(cudaEventSynchronize(slot.uploaded));
-    } else if (q != cudaSuccess) {
-      comm::cuda::throwCudaError(q, "cudaEventQuery(descriptor upload)");
-    }
-    slot.inFlight = false;
-  }
-  if (bytes > slot.capacity) {
-    if (slot.host != nullptr) KOLO_CUDA_CHECK(cudaFreeHost(slot.host));
-    slot.host = nullptr;
-    slot.capacity = 0;
-    const size_t next = comm::cuda::grownCapacity(0, bytes);
-    KOLO_CUDA_CHECK(cudaHostAlloc(&slot.host, next, cudaHostAllocPortable));
-    slot.capacity = next;
-  }
-  std::memcpy(slot.host, plan.descs.data(), bytes);
-  KOLO_CUDA_CHECK(
-      cudaMemcpyAsync(ring.device, slot.host, bytes, cudaMemcpyHostToDevice, native(stream)));
-  KOLO_CUDA_CHECK(cudaEventRecord(slot.uploaded, native(stream)));
-  slot.inFlight = true;
-  comm::cuda::launchBatchedCopy(static_cast<const comm::cuda::DeviceCopyDesc*>(ring.device),
-                                static_cast<uint32_t>(plan.descs.size()), plan.chunks,
-                                plan.chunkElements, dtype, transform, native(stream));
 }
 
 void CudaRuntime::synchronize(Stream stream) {

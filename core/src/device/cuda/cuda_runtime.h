@@ -1,15 +1,17 @@
 // CudaRuntime: device::Runtime over the CUDA runtime API, what users get.
 // Streams and events are the cudaStream_t / cudaEvent_t values themselves;
-// pack() launches comm/cuda/batched_copy.cu.
+// pack() launches comm/cuda/batched_copy.cu with its descriptors as kernel
+// parameters: it never waits for the device, records no event and
+// allocates no device memory.
 //
 // Threading: as device::Runtime. create*/alloc/pack act on the calling
 // thread's current device, which pinThread() set (cudaSetDevice once per
 // thread, never restored).
 #pragma once
 
-#include <map>
+#include <atomic>
+#include <cstdint>
 #include <memory>
-#include <mutex>
 
 #include "device/runtime.h"
 
@@ -45,11 +47,17 @@ class CudaRuntime final : public Runtime {
   void freePinned(void* ptr) noexcept override;
 
  private:
-  struct PackRing;  // a stream's descriptor uploads (cuda_runtime.cc)
-  PackRing& ringOf(Stream stream);
+  // The SM count and threads per SM of device (the pack grid's bound),
+  // queried at the device's first pack and cached.
+  struct DeviceShape {
+    int sms = 0;
+    int threadsPerSm = 0;
+  };
+  DeviceShape shapeOf(int device);
 
-  std::mutex mu_;  // guards rings_
-  std::map<Stream, std::unique_ptr<PackRing>> rings_;
+  static constexpr int kCachedDevices = 64;  // devices beyond are queried at every pack
+  // (sms << 32 | threadsPerSm) per device; 0 until queried. Any thread.
+  std::atomic<uint64_t> shapes_[kCachedDevices] = {};
 };
 
 }  // namespace kolo::device::cuda

@@ -304,18 +304,32 @@ void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, 
 void HostRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
                        const comm::cuda::CopyTransform& transform, Stream stream) {
   using Kind = comm::cuda::CopyTransform::Kind;
-  enqueue(stream, Stage::kPack, [copies, dtype, transform] {
+  // The CUDA runtime's plan, checked at the call as there, and run launch
+  // by launch, chunk by chunk, each chunk found as the kernel's blocks find
+  // theirs: the orchestration tests run the plan's split and lookup.
+  auto plan = std::make_shared<const comm::cuda::CopyPlan>(
+      comm::cuda::planCopies(copies, elementSize(dtype)));
+  if (plan->chunks == 0) return;
+  enqueue(stream, Stage::kPack, [plan, dtype, transform] {
     const size_t es = elementSize(dtype);
-    for (const comm::cuda::CopyDesc& c : copies) {
-      if (c.count == 0) continue;
-      auto* dst = static_cast<char*>(c.dst);
-      if (c.src == nullptr) {
-        for (uint64_t i = 0; i < c.count; ++i) std::memcpy(dst + i * es, &transform.fillBits, es);
-        continue;
+    for (const comm::cuda::CopyLaunch& l : plan->launches) {
+      const comm::cuda::DeviceCopyDesc* descs = plan->descs.data() + l.firstDesc;
+      uint32_t i = 0;
+      for (uint64_t chunk = 0; chunk < l.chunks; ++chunk) {
+        i = comm::cuda::descOfChunk(descs, i, l.numDescs, chunk);
+        const comm::cuda::DeviceCopyDesc& d = descs[i];
+        const uint64_t begin = (chunk - d.firstChunk) * plan->chunkElements;
+        const uint64_t n = std::min(plan->chunkElements, d.count - begin);
+        char* dst = static_cast<char*>(d.dst) + begin * es;
+        if (d.src == nullptr) {
+          for (uint64_t k = 0; k < n; ++k) std::memcpy(dst + k * es, &transform.fillBits, es);
+          continue;
+        }
+        const char* src = static_cast<const char*>(d.src) + begin * es;
+        if (src != dst) std::memmove(dst, src, n * es);
+        if (transform.kind == Kind::kScale) scaleElements(dst, n, dtype, transform.scale);
+        if (transform.kind == Kind::kDivide) divideElements(dst, n, dtype, transform.divisor);
       }
-      if (c.src != c.dst) std::memmove(dst, c.src, c.count * es);
-      if (transform.kind == Kind::kScale) scaleElements(dst, c.count, dtype, transform.scale);
-      if (transform.kind == Kind::kDivide) divideElements(dst, c.count, dtype, transform.divisor);
     }
   });
 }
