@@ -7,6 +7,8 @@
 #                   comm/cuda kernels, GPU staging over MPI/Gloo, tests/gpu.
 #   CMAKE_CUDA_ARCHITECTURES  default "90" (H100: sm_90 SASS + compute_90 PTX
 #                   for newer GPUs); override with -DCMAKE_CUDA_ARCHITECTURES=...
+#                   (70 or newer).
+# Needs CUDA 12.1 or newer (kernel parameters of up to 32 KB).
 #
 # NCCL is found in KoloNccl.cmake, after LibTorch.
 
@@ -36,7 +38,19 @@ if(KOLO_WITH_CUDA)
   if(NOT CMAKE_CUDA_COMPILER OR NOT CUDAToolkit_FOUND)
     message(STATUS "CUDA not found: building without the CUDA path")
     set(KOLO_WITH_CUDA OFF)
+  elseif(CUDAToolkit_VERSION VERSION_LESS 12.1)
+    # The pack kernel takes its descriptors as up to 32 KB of kernel
+    # parameters (comm/cuda/batched_copy.cu).
+    message(FATAL_ERROR "CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR} is older than "
+                        "kolo's CUDA path needs (12.1): install CUDA 12.1 or newer, or build "
+                        "without it (-DKOLO_WITH_CUDA=OFF)")
   else()
+    foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+      if(arch MATCHES "^([0-9]+)" AND CMAKE_MATCH_1 LESS 70)
+        message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES}: kolo's CUDA "
+                            "path needs sm_70 (Volta) or newer; drop ${arch}")
+      endif()
+    endforeach()
     message(STATUS "CUDA ${CUDAToolkit_VERSION}: building the CUDA path "
                    "(architectures ${CMAKE_CUDA_ARCHITECTURES})")
   endif()
