@@ -1,3 +1,10 @@
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "engine/handle_state.h"
 #include "engine/spin.h"
 #include "kolo/engine.h"

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
