@@ -248,6 +248,36 @@ TEST(CompletionWatcher, ChecksOnlyWhileWorkIsOpenAndNeverSpins) {
   ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
 }
 
+// then() right after open() (every response) wakes the watcher only when
+// it has something to do: to start its health checks when nothing was
+// open, or to run a callback whose fence was reached already.
+TEST(CompletionWatcher, ThenWakesTheWatcherOnlyWhenItHasSomethingToDo) {
+  auto options = quietOptions();
+  options.checkInterval = std::chrono::minutes(10);  // no periodic wake-ups
+  CompletionWatcher w(options);
+  Record rec;
+  // Nothing was open: this wakes the watcher (or it sees the fence as it
+  // starts); either way it then sleeps until a signal or its next check.
+  w.then(w.open(), rec.callback(0));
+  std::this_thread::sleep_for(50ms);
+  const uint64_t before = w.wakeups();
+  for (int i = 1; i <= 20; ++i) {
+    w.then(w.open(), rec.callback(i));
+    // Absence of a wake-up: time for the watcher thread to run if woken
+    // (back-to-back notifications would merge into one).
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_LE(w.wakeups() - before, 2u) << "then() woke a watcher that had nothing to do";
+  EXPECT_EQ(rec.size(), 0u);
+  // A fence reached before its then(): that then() must wake the watcher.
+  const uint64_t late = w.open();
+  for (int i = 0; i <= 21; ++i) w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 21; }));
+  w.then(late, rec.callback(21));
+  ASSERT_TRUE(eventually([&] { return rec.size() == 22; }));
+  w.drain();
+}
+
 TEST(CompletionWatcher, FailFromOutsideEndsEverythingOpen) {
   std::atomic<int> aborted{0};
   auto options = quietOptions();

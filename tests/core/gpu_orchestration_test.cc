@@ -289,6 +289,132 @@ TEST(GpuOrchestration, ProcessSetsShareOneCommStreamPerDevice) {
   }, gpuConfig(rt));
 }
 
+// --- Fast by construction: one stream wait, a waiter on the done event --------
+
+// A consumer of several operations waits on one done event per device: the
+// one enqueued last on the engine's comm stream (shared by every process
+// set), which orders it after every operation's output.
+TEST(GpuOrchestration, OneWaitOnTheLastDoneEventOrdersAConsumerAfterEveryOutput) {
+  auto rt = std::make_shared<HostRuntime>(3);
+  test::spawnWithSets(3, {{0, 1}}, [&](int rank, Engine& engine) {
+    const int device = rank;
+    // The comm stream is held at the first operation's input until the
+    // consumer is queued: every operation is enqueued, none is done.
+    device::Stream user = rt->createStream(device);
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    rt->launch(user, Stage::kCopy, [released] { (void)released.wait_for(kLimit); });
+    device::Event ready = rt->createEvent(device, false);
+    rt->record(ready, user);
+
+    std::vector<std::unique_ptr<DeviceFloats>> ts;
+    std::vector<Handle> hs;
+    std::vector<void*> events;
+    std::vector<int> ops;  // which of the three this rank takes part in
+    for (int i = 0; i < 3; ++i) {
+      const int set = i == 1 ? 1 : 0;  // the middle one in set 1: ranks 0 and 1
+      if (set == 1 && rank == 2) continue;
+      ops.push_back(i);
+      ts.push_back(std::make_unique<DeviceFloats>(*rt, device, 16));
+      for (size_t k = 0; k < 16; ++k) ts.back()->data[k] = float((rank + 1) * (i + 1)) + float(k);
+      Entry e;
+      e.input = e.output = ts.back()->data;
+      e.readyEvent = i == 0 ? ready : nullptr;
+      hs.push_back(engine.enqueue(
+          cudaRequest("ordered." + std::to_string(i), OpType::kAllreduce, 16, device, set),
+          std::move(e)));
+      // Each its own response, with its own done event.
+      events.push_back(hs.back().waitEnqueued());
+    }
+    const size_t n = hs.size();
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_NE(events[i], nullptr) << "operation " << i << " done before its input was ready";
+      for (size_t j = 0; j < i; ++j) EXPECT_NE(events[i], events[j]) << "fused: nothing to order";
+    }
+    // Whatever the order handed in, the one event is the last enqueued.
+    for (size_t rot = 0; rot < n; ++rot) {
+      std::vector<const Handle*> in;
+      for (size_t i = 0; i < n; ++i) in.push_back(&hs[(i + rot) % n]);
+      in.push_back(nullptr);
+      const std::vector<Handle::DoneEvent> last = Handle::lastDoneEvents(in);
+      ASSERT_EQ(last.size(), 1u) << "one comm stream: one wait";
+      EXPECT_EQ(last[0].event, events[n - 1]);
+      EXPECT_EQ(last[0].device, device);
+    }
+    std::vector<const Handle*> all;
+    for (const Handle& h : hs) all.push_back(&h);
+    // A consumer stream waits on that event alone, then reads every output.
+    const std::vector<Handle::DoneEvent> last = Handle::lastDoneEvents(all);
+    device::Stream consumer = rt->createStream(device);
+    rt->wait(consumer, static_cast<device::Event>(last.at(0).event));
+    std::vector<float> seen(n * 16, -1.0f);
+    rt->launch(consumer, Stage::kCopy, [&] {
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < 16; ++k) seen[i * 16 + k] = ts[i]->data[k];
+      }
+    });
+    release.set_value();
+    rt->synchronize(consumer);
+    for (size_t i = 0; i < n; ++i) {
+      const int op = ops[i];
+      const int members = op == 1 ? 2 : 3;
+      for (size_t k = 0; k < 16; ++k) {
+        // Sum over the members r of (r + 1) * (op + 1) + k.
+        const float want =
+            float(members * (members + 1) / 2 * (op + 1)) + float(members) * float(k);
+        ASSERT_EQ(seen[i * 16 + k], want) << "the consumer read operation " << op << "'s output ["
+                                          << k << "] before it was reduced";
+      }
+    }
+    for (const Handle& h : hs) EXPECT_TRUE(settle(h).ok()) << h.status().message;
+    // Done operations need no wait at all.
+    EXPECT_TRUE(Handle::lastDoneEvents(all).empty());
+    rt->destroyStream(consumer);
+    rt->synchronize(user);
+    rt->destroyEvent(ready);
+    rt->destroyStream(user);
+  }, gpuConfig(rt));
+}
+
+// A waiter of a CUDA operation returns once the device reached the done
+// event, without waiting for the host function -> completion watcher ->
+// finish() hand-offs: here those are held back until every waiter returned.
+TEST(GpuOrchestration, AWaiterReturnsOnceTheDoneEventIsReachedWhileTheWatcherIsHeldBack) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  rt->beforeHostFunctions([released] { (void)released.wait_for(kLimit); });
+  std::atomic<int> returned{0};
+  std::atomic<int> completed{0};
+  Config config = gpuConfig(rt);
+  config.spinTime = std::chrono::seconds(1);  // the waiters poll the event
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 8);
+    for (size_t k = 0; k < 8; ++k) t.data[k] = float(rank + 1);
+    std::atomic<bool> onDoneRan{false};
+    Handle h = allreduce(engine, "held", t, rank, nullptr, [&](const Status& s) {
+      EXPECT_TRUE(s.ok()) << s.message;
+      onDoneRan = true;
+      ++completed;
+    });
+    const bool ok = h.waitFor(kLimit);
+    const bool watcherDone = onDoneRan.load();
+    if (++returned == 2) release.set_value();  // both waiters are back
+    (void)released.wait_for(kLimit);
+    ASSERT_TRUE(ok) << "rank " << rank << ": the waiter waited for the held-back watcher";
+    EXPECT_FALSE(watcherDone) << "the watcher was not held back: the test proves nothing";
+    // Done for every reader, with the results in place.
+    EXPECT_TRUE(h.poll());
+    EXPECT_TRUE(h.status().ok()) << h.status().message;
+    EXPECT_NO_THROW(h.wait());
+    for (size_t k = 0; k < 8; ++k) EXPECT_EQ(t.data[k], 3.0f);
+    // The watcher's late finish changes nothing; the engine goes on.
+    DeviceFloats next(*rt, rank, 4);
+    EXPECT_TRUE(settle(allreduce(engine, "next", next, rank)).ok());
+  }, config);
+  EXPECT_EQ(completed.load(), 2) << "every completion callback still ran";
+}
+
 // --- Defects of the first GPU run ------------------------------------------
 
 // Defect 1: a rank's device is pinned at its first CUDA operation; a tensor
@@ -428,12 +554,29 @@ TEST(GpuOrchestration, AWedgedDeviceFailsItsOpsAndKeepsTheirTensors) {
 
 // Defect 6 (and a fault at each stage): a sticky device fault is named, on
 // every rank, within a second or so, not as a Timeout after KOLO_TIMEOUT.
-class FaultAtStage : public ::testing::TestWithParam<std::pair<Stage, int>> {};
+// With spinning waiters (a spin time) they poll the done events themselves;
+// a fault must still surface as an error, never as a success: a faulted
+// device never reaches the event, and rank 0's collective, aborted for
+// want of rank 1, reaches it with the collectives' error set.
+struct FaultCase {
+  Stage stage;
+  int nth;
+  bool spinning;
+};
+
+std::string faultCaseName(const ::testing::TestParamInfo<FaultCase>& info) {
+  static const char* const kNames[] = {"Pack", "Collective", "Unpack", "HostFunction"};
+  return std::string(kNames[info.index % 4]) + (info.param.spinning ? "WithSpinningWaiters" : "");
+}
+
+class FaultAtStage : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(FaultAtStage, IsNamedOnEveryRankLongBeforeTheTimeout) {
   auto rt = std::make_shared<HostRuntime>(2);
-  const auto [stage, nth] = GetParam();
+  const auto [stage, nth, spinning] = GetParam();
   rt->faultAt(1, stage, nth, "injected device fault");
+  Config config = gpuConfig(rt, std::chrono::seconds(20));
+  if (spinning) config.spinTime = std::chrono::milliseconds(200);
   test::spawn(2, [&](int rank, Engine& engine) {
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::unique_ptr<DeviceFloats>> ts;
@@ -454,8 +597,13 @@ TEST_P(FaultAtStage, IsNamedOnEveryRankLongBeforeTheTimeout) {
     }
     // Rank 0 may finish this response (a fault in rank 1's unpack or
     // signal comes after the collective); its next operation then fails.
-    // Both ranks try one: the engine has failed, naming the fault.
-    if (first.ok()) EXPECT_EQ(rank, 0);
+    // Rank 1 may too when the fault is in its host function: that comes
+    // after the done event, so its outputs are complete. Both ranks try
+    // one: the engine has failed, naming the fault.
+    if (first.ok()) EXPECT_TRUE(rank == 0 || stage == Stage::kHostFunc);
+    // Before the collective: rank 0's collective never got rank 1's part.
+    const bool beforeCollective = stage == Stage::kCollective || (stage == Stage::kPack && nth == 1);
+    if (beforeCollective) EXPECT_FALSE(first.ok()) << "rank " << rank << ": a success";
     DeviceFloats next(*rt, rank, 4);
     Status then;
     try {
@@ -477,22 +625,19 @@ TEST_P(FaultAtStage, IsNamedOnEveryRankLongBeforeTheTimeout) {
     EXPECT_LT(took, 5s) << "rank " << rank << " learned of the fault only after "
                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                         << " ms";
-  }, gpuConfig(rt, std::chrono::seconds(20)));
+  }, config);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, FaultAtStage,
-                         ::testing::Values(std::make_pair(Stage::kPack, 1),
-                                           std::make_pair(Stage::kCollective, 1),
-                                           std::make_pair(Stage::kPack, 2),  // the unpack
-                                           std::make_pair(Stage::kHostFunc, 1)),
-                         [](const auto& info) {
-                           switch (info.index) {
-                             case 0: return std::string("Pack");
-                             case 1: return std::string("Collective");
-                             case 2: return std::string("Unpack");
-                             default: return std::string("HostFunction");
-                           }
-                         });
+                         ::testing::Values(FaultCase{Stage::kPack, 1, false},
+                                           FaultCase{Stage::kCollective, 1, false},
+                                           FaultCase{Stage::kPack, 2, false},  // the unpack
+                                           FaultCase{Stage::kHostFunc, 1, false},
+                                           FaultCase{Stage::kPack, 1, true},
+                                           FaultCase{Stage::kCollective, 1, true},
+                                           FaultCase{Stage::kPack, 2, true},
+                                           FaultCase{Stage::kHostFunc, 1, true}),
+                         faultCaseName);
 
 // Defect 7: an input whose ready event was recorded under graph capture is
 // refused with a clear error instead of pulling the comm stream into it.

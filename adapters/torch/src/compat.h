@@ -257,28 +257,28 @@ inline void waitOnCurrentStream(const kolo::Handle& handle, const at::Device& de
 }
 
 // waitOnCurrentStream for several operations: the host waits until each is
-// enqueued (or done), then the current stream of each device waits once per
-// distinct done event (operations fused into one response share theirs),
-// not once per operation. Waits for every handle, then throws the first
-// error.
+// enqueued (or done), then the current stream of each device waits once:
+// on the done event of the operation enqueued last on the engine's comm
+// stream of that device (kolo::Handle::lastDoneEvents). The comm stream
+// completes its work in order, so that one event orders the caller's
+// stream after every operation's output. Waits for every handle, then
+// throws the first error.
 inline void waitAllOnCurrentStream(
     const std::vector<std::pair<kolo::Handle, at::Device>>& handles) {
   std::exception_ptr error;
-  std::vector<std::pair<void*, at::Device>> events;
+  std::vector<const kolo::Handle*> enqueued;
   for (const auto& [handle, device] : handles) {
     try {
-      void* event = handle.waitEnqueued();
-      if (event == nullptr || !device.is_cuda()) continue;
-      bool seen = false;
-      for (const auto& e : events) seen = seen || (e.first == event && e.second == device);
-      if (!seen) events.emplace_back(event, device);
+      if (handle.waitEnqueued() != nullptr && device.is_cuda()) enqueued.push_back(&handle);
     } catch (...) {
       if (!error) error = std::current_exception();
     }
   }
   if (error) std::rethrow_exception(error);
 #if KOLO_TORCH_WITH_CUDA
-  for (const auto& [event, device] : events) streamWait(device, event);
+  for (const kolo::Handle::DoneEvent& last : kolo::Handle::lastDoneEvents(enqueued)) {
+    streamWait(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(last.device)), last.event);
+  }
 #endif
 }
 

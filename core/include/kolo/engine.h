@@ -97,11 +97,27 @@ class Handle {
 
   /// False for a default-constructed handle.
   bool valid() const { return state_ != nullptr; }
-  /// True once the operation finished (successfully or not).
+  /// True once the operation finished (successfully or not). For a CUDA
+  /// operation past the enqueued stage this asks the device (a query of
+  /// its done event, as wait() does).
   bool poll() const;
   /// Blocks until done or timeout; returns false on timeout.
   bool waitFor(std::chrono::milliseconds timeout) const;
   /// Blocks until done and throws the operation's error, if any.
+  ///
+  /// CUDA operations: once the work is enqueued, the waiter itself polls
+  /// the work's done event while it spins (Config::spinTime; once even
+  /// without a spin time), and returns as soon as the GPU reached it and
+  /// the collectives report no error: the outputs are valid then. It does
+  /// not wait for the engine's completion thread to learn of it (past a
+  /// spin, it sleeps until that thread wakes it). A handle found done this
+  /// way is done for every reader at once: poll() true, status() Ok. The
+  /// completion callback (Entry::onDone) may still run a little later, on
+  /// the engine's thread. A device fault is never reported as success (a
+  /// faulted device never reaches the event): it surfaces as the error of
+  /// this or the next operation. The polling thread queries a CUDA event
+  /// of the operation's device: make that device current on it (as for
+  /// waitEnqueued()'s stream wait).
   void wait() const;
 
   /// Operations on CUDA tensors complete in two stages: "enqueued" (the GPU
@@ -118,7 +134,25 @@ class Handle {
   void* waitEnqueued() const;
   /// True once waitEnqueued() would not block.
   bool enqueued() const;
-  /// Valid once done.
+
+  /// A done event to wait on, from lastDoneEvents().
+  struct DoneEvent {
+    void* event = nullptr;  ///< The cudaEvent_t, as waitEnqueued() returns it.
+    int device = -1;        ///< The CUDA device whose work recorded it.
+  };
+  /// For a consumer of several CUDA operations: the done events a stream
+  /// must wait on (cudaStreamWaitEvent) to be ordered after the GPU work of
+  /// every one of handles. One per comm stream (an engine has one per
+  /// device, shared by all its process sets), the event of the operation
+  /// enqueued there last: a comm stream completes its work in the order it
+  /// was enqueued, so that event covers every earlier one. Handles that
+  /// are done, not enqueued yet (call waitEnqueued() first), without GPU
+  /// work, or empty (nullptr) contribute nothing. The events stay valid
+  /// while the handles live. Any thread; never blocks.
+  static std::vector<DoneEvent> lastDoneEvents(const std::vector<const Handle*>& handles);
+
+  /// Valid once done. For a CUDA operation past the enqueued stage it asks
+  /// the device first, as poll() does, so both always agree.
   Status status() const;
   /// Output shape decided by negotiation (allgather/alltoall/reducescatter).
   std::vector<int64_t> outputShape() const;

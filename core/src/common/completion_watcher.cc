@@ -25,6 +25,7 @@ uint64_t CompletionWatcher::open() {
 }
 
 void CompletionWatcher::then(uint64_t fence, Callback callback) {
+  bool wakeWatcher = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (fence > 0 && fence <= base_) {
@@ -45,8 +46,11 @@ void CompletionWatcher::then(uint64_t fence, Callback callback) {
                  "completion watcher: fence " + std::to_string(fence) +
                      " is not open or has a callback already");
     at(fence).callback = std::move(callback);
+    // See the header: otherwise the watcher has nothing to do until a
+    // signal() or its next check, which wake it anyway.
+    wakeWatcher = fence <= signalled_ || idle_ || !failure_.ok() || stopping_;
   }
-  cv_.notify_all();
+  if (wakeWatcher) cv_.notify_all();
 }
 
 void CompletionWatcher::signal() {
@@ -94,6 +98,11 @@ bool CompletionWatcher::drainFor(std::chrono::milliseconds limit) {
     return true;
   }
   return drained_.wait_until(lock, until, settled);
+}
+
+uint64_t CompletionWatcher::wakeups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wakeups_;
 }
 
 size_t CompletionWatcher::pending() const {
@@ -173,11 +182,15 @@ void CompletionWatcher::runWatcher() {
     if (stopping_) continue;  // settles the rest as failed on the next pass
     const bool open = failure_.ok() && signalled_ < base_ + fences_.size();
     if (!open) {
+      idle_ = true;
       cv_.wait(lock);
+      idle_ = false;
+      ++wakeups_;
       nextCheck = Clock::now() + options_.checkInterval;
       continue;
     }
     cv_.wait_until(lock, nextCheck);
+    ++wakeups_;
     const auto now = Clock::now();
     if (now < nextCheck || !failure_.ok()) continue;
     nextCheck = now + options_.checkInterval;

@@ -23,6 +23,13 @@
 // thread (a CUDA host callback: it must not call CUDA, and it only locks
 // and notifies); callbacks run on the watcher thread, or on the caller of
 // then() when the fence is already settled, never under the watcher's lock.
+//
+// then() wakes the watcher thread only when it has something to do: the
+// fence was signalled already (its callback can run), a failure or
+// shutdown is under way, or the watcher sleeps without a deadline (it must
+// start the health checks). While fences are open it sleeps until the next
+// signal() or check anyway, so a then() right after open() (every response)
+// costs the producer no wake-up of the watcher.
 #pragma once
 
 #include <chrono>
@@ -93,6 +100,9 @@ class CompletionWatcher {
 
   // Fences opened and not yet signalled or failed.
   size_t pending() const;
+  // How often the watcher thread woke from a wait so far (tests: then()
+  // wakes it only when it has something to do).
+  uint64_t wakeups() const;
   // The first failure, or ok.
   Status failure() const;
 
@@ -116,6 +126,10 @@ class CompletionWatcher {
   bool running_ = false;      // guarded by mu_: the watcher runs callbacks right now
   Status failure_;            // guarded by mu_: set once
   bool stopping_ = false;     // guarded by mu_
+  // guarded by mu_: the watcher sleeps without a deadline (no fence was
+  // open), so a new fence must wake it to start the health checks.
+  bool idle_ = false;
+  uint64_t wakeups_ = 0;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -365,8 +365,10 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
     done->handles.push_back(std::move(it->second.handle));
     set.pending.erase(it);
   }
-  for (const auto& h : done->handles) h->markEnqueued(fence.doneEvent);
-  for (const auto& h : done->handles) h->wake();
+  for (const auto& h : done->handles) h->markEnqueued(fence);
+  // Wakes only waiters of stage one (waitEnqueued, or a waiter of done
+  // that now polls the done event); the others sleep until done.
+  for (const auto& h : done->handles) h->wakeStage();
   std::vector<int> rows;
   const char* collective = nullptr;
   if (timeline) {

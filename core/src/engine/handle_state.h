@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "comm/cuda/gpu_ops.h"
 #include "kolo/engine.h"
 
 namespace kolo {
@@ -21,6 +23,15 @@ struct HandleState {
   // event after that work, which consumers' streams wait on.
   bool enqueued = false;
   std::shared_ptr<void> doneEvent;
+  // Set with doneEvent, before stageFlag, and never changed after: read
+  // without mu by whoever saw stageFlag set. Where doneEvent lies on its
+  // comm stream (GpuFence::stream, sequence; Handle::lastDoneEvents) and
+  // what tells a waiter that the GPU finished the work (nullptr for
+  // handles made by hand in tests: they complete only through finish()).
+  int doneDevice = -1;
+  uint64_t doneStream = 0;
+  uint64_t doneSequence = 0;
+  std::shared_ptr<comm::cuda::FenceProbe> probe;
   Status status;
   std::vector<int64_t> outputShape;
   std::vector<int64_t> receivedSplits;
@@ -32,19 +43,26 @@ struct HandleState {
   // the results, so whoever reads it true (acquire) then sees the results.
   std::atomic<bool> doneFlag{false};
   std::atomic<bool> stageFlag{false};
-  // Waiters blocked on cv. Changed under mu only; read without it by wake()
-  // (see there).
+  // Waiters blocked on cv, and those of them that wait for stage one too
+  // (waitEnqueued; a waiter of done that polls the done event once the
+  // work is enqueued). Changed under mu only; read without it by wake()
+  // and wakeStage() (see there).
   std::atomic<int> sleepers{0};
+  std::atomic<int> stageSleepers{0};
   // How long a waiter polls the flags before it blocks on cv (the engine's
   // spin time, Config::spinTime; set before the handle is shared).
   std::chrono::nanoseconds spin{0};
 
-  // Called once, by the background thread, then wake(). Results
+  // Called by the background (or completion) thread, then wake(). Results
   // (outputShape...) must be set before. Apart so that a batch of handles
   // is marked done before any waiter wakes: a caller waiting on them one by
-  // one then sleeps once, not once per handle.
+  // one then sleeps once, not once per handle. The first call decides: a
+  // waiter that saw the GPU finish (reachedDone) may have finished the
+  // handle with Ok before the completion thread's call, which then changes
+  // nothing.
   void finish(Status s) {
     std::lock_guard<std::mutex> lock(mu);
+    if (done) return;
     status = std::move(s);
     done = true;
     doneFlag.store(true, std::memory_order_release);
@@ -58,12 +76,44 @@ struct HandleState {
   void wake() {
     if (sleepers.load(std::memory_order_relaxed) > 0) cv.notify_all();
   }
-  // Stage one of a CUDA operation (background thread), then wake().
-  void markEnqueued(std::shared_ptr<void> event) {
+  // wake() after markEnqueued: only waiters that wait for stage one need
+  // it (a waiter of done that will not poll the done event sleeps on).
+  void wakeStage() {
+    if (stageSleepers.load(std::memory_order_relaxed) > 0) cv.notify_all();
+  }
+  // Stage one of a CUDA operation (background thread), then wake(). fence:
+  // the response's (its done event, place and probe).
+  void markEnqueued(const comm::cuda::GpuFence& fence) {
     std::lock_guard<std::mutex> lock(mu);
-    doneEvent = std::move(event);
+    doneEvent = fence.doneEvent;
+    doneDevice = fence.device;
+    doneStream = fence.stream;
+    doneSequence = fence.sequence;
+    probe = fence.probe;
     enqueued = true;
     stageFlag.store(true, std::memory_order_release);
+  }
+  // Stage one with only a done event (tests of the handle alone).
+  void markEnqueued(std::shared_ptr<void> event) {
+    comm::cuda::GpuFence fence;
+    fence.doneEvent = std::move(event);
+    markEnqueued(fence);
+  }
+  // The shortcut of a waiter of a CUDA operation past stage one: once the
+  // probe says the GPU finished the work well (the device reached the done
+  // event; the outputs are valid), it finishes the handle with Ok itself,
+  // without waiting for the hand-offs host function -> completion thread
+  // -> finish(). Returns whether the handle is done (then read status: a
+  // failure the completion thread reported first stands). One probe
+  // (a device event query) per call. Any thread.
+  bool reachedDone() {
+    if (doneFlag.load(std::memory_order_acquire)) return true;
+    // stageFlag (acquire) makes probe and doneEvent readable without mu.
+    if (!stageFlag.load(std::memory_order_acquire) || !probe) return false;
+    if (!probe->succeeded(doneEvent.get())) return false;
+    finish(Status::Ok());
+    wake();  // other waiters of this handle, asleep
+    return true;
   }
 };
 

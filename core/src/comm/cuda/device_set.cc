@@ -1,6 +1,7 @@
 #include "comm/cuda/device_set.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -39,8 +40,12 @@ void EventPool::give(device::Event event) {
   free_.push_back(event);
 }
 
+namespace {
+std::atomic<uint64_t> gContexts{0};  // DeviceContext::id()
+}  // namespace
+
 DeviceContext::DeviceContext(std::shared_ptr<device::Runtime> runtime, int device)
-    : runtime_(std::move(runtime)), device_(device) {
+    : runtime_(std::move(runtime)), device_(device), id_(++gContexts) {
   KOLO_CHECK_ARG(device >= 0, "device index " + std::to_string(device) + " is negative");
   runtime_->pinThread(device);
   stream_ = runtime_->createStream(device);
@@ -105,6 +110,7 @@ bool DeviceContext::captured(void* event) {
 std::shared_ptr<void> DeviceContext::record(bool timing) {
   std::shared_ptr<void> event = (timing ? timingEvents_ : doneEvents_)->take();
   runtime_->record(static_cast<device::Event>(event.get()), stream_);
+  ++recorded_;
   return event;
 }
 

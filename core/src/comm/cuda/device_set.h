@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,6 +103,12 @@ class DeviceContext {
   // far), from a pool; alive while the pointer is held. timing: an event
   // that times phases.
   std::shared_ptr<void> record(bool timing = false);
+  // This context's comm stream, as a number no other context of the
+  // process gets (a freed stream's address may come back; this does not).
+  uint64_t id() const { return id_; }
+  // How many events record() recorded so far: the last one's place in the
+  // stream's order (the stream completes its work in that order).
+  uint64_t recorded() const { return recorded_; }
   // fn(arg) runs on a runtime thread once the stream gets there: it must
   // not call the runtime. Later work on the stream waits until it returned.
   void launchHostFunc(void (*fn)(void*), void* arg);
@@ -124,6 +131,8 @@ class DeviceContext {
 
   const std::shared_ptr<device::Runtime> runtime_;
   const int device_;
+  const uint64_t id_;
+  uint64_t recorded_ = 0;  // loop thread
   device::Stream stream_ = nullptr;
   Buffer fusion_;
   Buffer scratch_;

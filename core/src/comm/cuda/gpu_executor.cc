@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -16,6 +18,32 @@ char* at(void* base, uint64_t elements, size_t elementBytes) {
 }
 
 bool isCopy(const CopyTransform& t) { return t.kind == CopyTransform::Kind::kCopy; }
+
+// FenceProbe over the device runtime and the executor's collectives. It
+// holds the collectives weakly: a handle that outlives the engine must not
+// keep a communicator alive (its fence settled at shutdown anyway).
+class DoneProbe final : public FenceProbe {
+ public:
+  DoneProbe(std::shared_ptr<device::Runtime> runtime,
+            const std::shared_ptr<comm::Collectives>& collectives)
+      : runtime_(std::move(runtime)), collectives_(collectives) {}
+
+  bool succeeded(void* doneEvent) noexcept override {
+    try {
+      // Throws on a device fault: the event is then never reached.
+      if (!runtime_->reached(static_cast<device::Event>(doneEvent))) return false;
+      // Only after the event was seen reached (gpu_ops.h).
+      const std::shared_ptr<comm::Collectives> c = collectives_.lock();
+      return c != nullptr && c->asyncError().ok();
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+ private:
+  const std::shared_ptr<device::Runtime> runtime_;
+  const std::weak_ptr<comm::Collectives> collectives_;
+};
 
 }  // namespace
 
@@ -35,6 +63,7 @@ GpuExecutor::GpuExecutor(std::shared_ptr<DeviceSet> devices,
   devices_->onStop([weak = std::weak_ptr<comm::Collectives>(collectives_)](const Status& why) {
     if (auto c = weak.lock()) c->abortWith(why);
   });
+  probe_ = std::make_shared<DoneProbe>(devices_->runtimePtr(), collectives_);
 }
 
 GpuExecutor::~GpuExecutor() {
@@ -115,6 +144,9 @@ GpuFence GpuExecutor::endResponse(int device) {
   GpuFence fence;
   fence.device = device;
   fence.doneEvent = ctx.record();
+  fence.stream = ctx.id();
+  fence.sequence = ctx.recorded();
+  fence.probe = probe_;
   fence.timing = std::move(timing_);
   fence.id = w.watcher->open();
   try {

@@ -131,6 +131,8 @@ class GpuExecutor final : public GpuOps {
     std::shared_ptr<void> events[GpuPhases::kCount];
   };
   std::shared_ptr<Timing> timing_;
+  // What every fence hands a waiter to poll its done event (gpu_ops.h).
+  std::shared_ptr<FenceProbe> probe_;
   // One per device used; after collectives_ so they stop first.
   std::map<int, Watched> watchers_;
 };

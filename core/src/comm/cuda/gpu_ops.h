@@ -33,6 +33,27 @@ struct DeviceTensor {
   uint64_t count = 0;
 };
 
+// Whether a response's GPU work finished well, asked from any thread by a
+// waiter that polls the done event itself instead of waiting for the
+// completion thread (Handle::wait; engine/handle_state.h).
+class FenceProbe {
+ public:
+  virtual ~FenceProbe() = default;
+  // True once the device reached doneEvent (a GpuFence's) and the
+  // collectives report no error since: the work before the event finished
+  // and its outputs are valid. False while the work runs, and on any
+  // failure, which the completion thread then reports: a faulted device
+  // never reaches the event (both runtimes throw from reached() instead);
+  // an aborted collective's kernel exits and the work behind it does reach
+  // the event, so the collectives' asynchronous error is read after the
+  // event was seen reached (every abort sets it before the kernels exit).
+  // False too once the executor is gone (its watcher settled every fence
+  // then). Never throws, never waits for the device; it may briefly take
+  // the collectives' lock. The calling thread queries a device event (for
+  // CUDA, cudaEventQuery): its current device should be the work's.
+  virtual bool succeeded(void* doneEvent) noexcept = 0;
+};
+
 // A response's GPU work once it is enqueued on the comm stream.
 struct GpuFence {
   int device = -1;
@@ -40,6 +61,15 @@ struct GpuFence {
   // A cudaEventDisableTiming cudaEvent_t recorded after the work: a
   // consumer stream waits on it (cudaStreamWaitEvent). Alive while held.
   std::shared_ptr<void> doneEvent;
+  // Where doneEvent lies in the engine's GPU work: the comm stream it was
+  // recorded on (DeviceContext::id(), never reused in a process) and its
+  // place there (DeviceContext::recorded(): later records count higher).
+  // The stream completes its work in order, so a consumer that waits on
+  // the highest-placed done event of a stream is ordered after all of them.
+  uint64_t stream = 0;
+  uint64_t sequence = 0;
+  // Asks whether the work finished well; shared by the executor's fences.
+  std::shared_ptr<FenceProbe> probe;
   std::shared_ptr<void> timing;  // the executor's phase events (timed responses)
 };
 

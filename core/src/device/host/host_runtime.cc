@@ -292,7 +292,21 @@ bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
 }
 
 void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
-  enqueue(stream, Stage::kHostFunc, [fn, arg] { fn(arg); });
+  std::shared_ptr<const std::function<void()>> before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = beforeHostFunc_;
+  }
+  enqueue(stream, Stage::kHostFunc, [fn, arg, before] {
+    if (before) (*before)();
+    fn(arg);
+  });
+}
+
+void HostRuntime::beforeHostFunctions(std::function<void()> before) {
+  auto hook = before ? std::make_shared<const std::function<void()>>(std::move(before)) : nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  beforeHostFunc_ = std::move(hook);
 }
 
 void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {

@@ -77,6 +77,13 @@ class HostRuntime final : public Runtime {
   // The sticky fault of device (ok while none).
   Status deviceError(int device) const;
 
+  // Tests: every host function enqueued from now on first calls before()
+  // on its stream's thread, which may block: the stream is held there, as
+  // behind a slow host function (the completion watcher learns of nothing
+  // meanwhile; the work before it, its done event included, has run).
+  // Empty: none.
+  void beforeHostFunctions(std::function<void()> before);
+
   // Work of stage on stream (device collectives): fn runs in stream order
   // on the stream's thread, unless the device faulted first.
   void launch(Stream stream, Stage stage, std::function<void()> fn);
@@ -130,6 +137,7 @@ class HostRuntime final : public Runtime {
   std::map<uintptr_t, std::pair<size_t, int>> allocations_;  // start -> (bytes, device)
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::map<uint64_t, std::weak_ptr<Clique>> cliques_;
+  std::shared_ptr<const std::function<void()>> beforeHostFunc_;  // beforeHostFunctions
   uint64_t nextClique_ = 0;
 };
 
