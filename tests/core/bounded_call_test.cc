@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "common/bounded_call.h"
 
