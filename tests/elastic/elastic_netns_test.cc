@@ -74,7 +74,7 @@ TEST_P(ElasticNetns, KillAWorkerOnTheSecondHostTheOtherThreeContinue) {
   auto r = run.finish(seconds(60));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   log = ElasticLog::parse(r.out, r.err);
-  EXPECT_EQ(log.workersOf(2), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(log.workersOf(2), (std::vector<int64_t>{0, 1, 2})) << r.err << "\n" << r.out;
   EXPECT_NE(r.err.find("kolorun: worker 3 (rank 3 of world 1, host " + h2 + ") exited with code " +
                        "137 (SIGKILL on the remote host?)"),
             std::string::npos)

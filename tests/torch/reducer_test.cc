@@ -208,4 +208,42 @@ TEST_F(TorchReducer, UnusedParametersAndSetToNone) {
   });
 }
 
+// A failure of the engine (here a peer that aborted) that a hook meets
+// when it submits a bucket is not thrown through backward(), where autograd
+// would wrap it in a c10::Error and lose its kind (elastic training
+// recovers from kolo's PeerFailure, raised by step()): synchronize() raises
+// it, as kolo's own error, and the reducer is ready for the next step.
+TEST_F(TorchReducer, AFailureInAHookIsRaisedBySynchronizeNotByBackward) {
+  spawn(2, [&](int rank, kolo::Engine& engine) {
+    if (rank == 1) {
+      engine.abort("rank 1 gave up (simulated)");
+      return;
+    }
+    kt::Context ctx(engine);
+    std::unique_lock<std::mutex> seeded(generatorLock());
+    torch::manual_seed(7);
+    auto net = std::make_shared<Mlp>();
+    seeded.unlock();
+    kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
+    // Until this rank's engine knows: an operation that fails with it.
+    std::vector<float> v(1, 1.0f);
+    kolo::Request probe;
+    probe.name = "probe";
+    probe.op = kolo::OpType::kAllreduce;
+    probe.dtype = kolo::DataType::kFloat32;
+    probe.shape = {1};
+    EXPECT_THROW(engine.enqueue(probe, kolo::Entry{v.data(), v.data(), {}, {}}).wait(),
+                 kolo::PeerFailure);
+    EXPECT_NO_THROW(net->forward(torch::ones({2, 5})).sum().backward());
+    try {
+      reducer.synchronize();
+      ADD_FAILURE() << "synchronize() did not raise the engine's failure";
+    } catch (const kolo::PeerFailure& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 gave up (simulated)"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(reducer.pending());
+  });
+}
+
 }  // namespace

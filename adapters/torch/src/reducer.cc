@@ -69,6 +69,11 @@ struct GradientReducer::Impl {
   int inFlight = 0;  // gradients submitted since the last synchronize
   uint64_t requests = 0;
   bool synchronized = false;
+  // The first failure to submit a bucket from a hook (the engine failed: a
+  // peer died, a timeout): synchronize() raises it. Thrown through
+  // backward(), autograd would wrap it in a c10::Error / RuntimeError and
+  // lose its kind, which elastic training recovers by.
+  std::exception_ptr deferred;
 
   [[noreturn]] void hookError(const std::string& message) {
     if (options.hook_error) options.hook_error(message);
@@ -97,7 +102,13 @@ struct GradientReducer::Impl {
                 "' arrived after synchronize() had submitted its bucket without it; call "
                 "step() or zero_grad() before the next backward pass");
     }
-    if (++b.readyMembers == b.members.size()) submitLocked(b);
+    if (++b.readyMembers == b.members.size()) {
+      try {
+        submitLocked(b);
+      } catch (...) {
+        if (!deferred) deferred = std::current_exception();
+      }
+    }
   }
 
   // The bucket's flat buffer (and the slots' views) on the parameters'
@@ -247,6 +258,7 @@ struct GradientReducer::Impl {
       b.handle = Handle();
     }
     inFlight = 0;
+    deferred = nullptr;
   }
 
   // Handles of everything submitted (engine level), under mu.
@@ -410,6 +422,7 @@ GradientReducer::~GradientReducer() {
 void GradientReducer::synchronize() {
   Impl& st = *impl_;
   std::vector<std::pair<Handle, at::Device>> handles;
+  std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.countOnly || st.synchronized) return;
@@ -418,16 +431,23 @@ void GradientReducer::synchronize() {
       return;
     }
     // Every rank must submit every bucket: fill in what the hooks did not.
-    for (auto& b : st.buckets) {
-      if (!b.submitted) st.submitLocked(b);
+    try {
+      for (auto& b : st.buckets) {
+        if (!b.submitted) st.submitLocked(b);
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
+    if (st.deferred) error = st.deferred;  // a hook's came first
+    st.deferred = nullptr;
+    // Whatever was enqueued is waited for, even after a failure: the
+    // engine may still write into the buckets until then.
     handles = st.inFlightLocked();
   }
-  std::exception_ptr error;
   try {
     compat::waitAllOnCurrentStream(handles);
   } catch (...) {
-    error = std::current_exception();
+    if (!error) error = std::current_exception();
   }
   std::lock_guard<std::mutex> lock(st.mu);
   if (!error) {
