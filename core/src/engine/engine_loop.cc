@@ -377,11 +377,12 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
   }
   set.executor->whenGpuDone(
       fence, [done, events = gpuEvents, log = log, tl = timeline.get(), rows = std::move(rows),
-              collective, store = store, rank = identity.rank](
+              collective, store = store, rank = identity.rank, devices = gpuDevices](
                  const Status& status, const comm::cuda::GpuPhases& phases) {
-        if (!phases.deviceStopped) {
-          // The device may still write into the tensors: keep them (the
-          // entries' callbacks own them) for good; the ops still fail.
+        if (!status.ok() && devices && devices->wedged()) {
+          // The device did not stop after the failure and may still write
+          // into the tensors: keep them (the entries' callbacks own them)
+          // for good; the ops still fail.
           keepForever(std::make_shared<std::vector<std::function<void(const Status&)>>>(
               std::move(done->onDone)));
           done->onDone.clear();
@@ -500,15 +501,14 @@ void Engine::Impl::failSetOnLoop(ProcessSetState& set, const Status& status) {
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
   queue.close(status);
-  bool deviceStopped = true;
   if (status.code != ErrorCode::kShutdown) {
     // GPU work in flight stops (its communicator is aborted) and its ops
     // fail with this status instead of waiting out KOLO_TIMEOUT.
     for (auto& [id, set] : sets) {
-      if (set->executor && !set->executor->abortGpu(status)) deviceStopped = false;
+      if (set->executor) set->executor->abortGpu(status);
     }
   }
-  if (!deviceStopped || (gpuDevices && gpuDevices->wedged())) keepCudaTensorsOnLoop();
+  if (gpuDevices && gpuDevices->wedged()) keepCudaTensorsOnLoop();
   {
     std::lock_guard<std::mutex> lock(mu);
     if (status.code != ErrorCode::kShutdown) failure = status;

@@ -37,9 +37,8 @@ class Executor {
   void whenGpuDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done) {
     gpu_.whenDone(fence, std::move(done));
   }
-  // Stops the GPU work in flight; its ops fail with why. False: the device
-  // did not stop (GpuPath::abort), keep every tensor it was given.
-  bool abortGpu(const Status& why) { return gpu_.abort(why); }
+  // Stops the GPU work in flight; its ops fail with why.
+  void abortGpu(const Status& why) { gpu_.abort(why); }
   // After execute(): the timeline rows of the response's traced ops and the
   // name of its collective span ("NCCL_ALLREDUCE"); empty when untraced.
   const std::vector<int>& tracedRows() const { return rows_; }

@@ -1,10 +1,7 @@
 #include "execution/gpu_path.h"
 
-#include <functional>
-#include <memory>
 #include <string>
 
-#include "common/bounded_call.h"
 #include "execution/layout.h"
 #include "kolo/error.h"
 
@@ -105,17 +102,9 @@ comm::cuda::GpuFence GpuPath::execute(const Response& r, const std::vector<Pendi
   } catch (const std::exception& e) {
     // Some of the response's work may be queued already: stop it and wait
     // until the device no longer touches the tensors before they are
-    // released by the failure that follows. A device that does not stop
-    // keeps them: they are never released.
-    if (!g.abort(statusFromException(e))) {
-      for (PendingOp* op : ops) {
-        if (op != nullptr && op->entry.onDone) {
-          keepForever(std::make_shared<std::function<void(const Status&)>>(
-              std::move(op->entry.onDone)));
-          op->entry.onDone = nullptr;
-        }
-      }
-    }
+    // released by the failure that follows (the engine's failAllOnLoop,
+    // which keeps them instead when the device did not stop).
+    g.abort(statusFromException(e));
     throw;
   }
 }

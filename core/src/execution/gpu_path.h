@@ -55,9 +55,10 @@ class GpuPath {
   comm::cuda::GpuFence execute(const Response& r, const std::vector<PendingOp*>& ops, bool timed);
   // Calls done once fence's work finished or failed (GpuOps::whenDone).
   void whenDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done);
-  // GpuOps::abort, when the GPU path exists: false when the device did not
-  // stop (wedged), and then no tensor of its work may be released.
-  bool abort(const Status& why) { return gpu_ ? gpu_->abort(why) : true; }
+  // GpuOps::abort, when the GPU path exists.
+  void abort(const Status& why) {
+    if (gpu_) gpu_->abort(why);
+  }
 
   // The data plane's name once created ("nccl", "gloo+staging", ...), else "".
   const char* name() const;

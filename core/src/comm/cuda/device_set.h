@@ -182,11 +182,10 @@ class DeviceSet {
   // abortWith); every process set's GPU executor registers its own. Any
   // thread.
   void onStop(std::function<void(const Status&)> abort);
-  // Aborts every registered communicator with why, then drain(), whose
-  // result it returns: one set's collective waiting for peers cannot hold
-  // up the drain after another set's failure (they share the streams). Any
-  // thread.
-  bool stopAll(const Status& why) noexcept;
+  // Aborts every registered communicator with why, then drain(): one set's
+  // collective waiting for peers cannot hold up the drain after another
+  // set's failure (they share the streams). Any thread.
+  void stopAll(const Status& why) noexcept;
 
  private:
   std::shared_ptr<device::Runtime> runtime_;

@@ -165,7 +165,6 @@ void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
       fence.id, [devices = devices_, timing = std::move(timing), done = std::move(done)](
                     const Status& status, CompletionWatcher::Clock::time_point signalled) {
         GpuPhases phases;
-        phases.deviceStopped = status.ok() || !devices->wedged();
         if (timing && status.ok()) {
           // The signal ran right after the last phase: anchor the device's
           // elapsed times there.
@@ -192,9 +191,9 @@ void GpuExecutor::whenDone(const GpuFence& fence, Done done) {
       });
 }
 
-bool GpuExecutor::abort(const Status& why) {
+void GpuExecutor::abort(const Status& why) {
   for (auto& [device, w] : watchers_) w.watcher->fail(why);
-  return devices_->stopAll(why);
+  devices_->stopAll(why);
 }
 
 void GpuExecutor::waitReady(int device, void* event) { devices_->at(device).waitEvent(event); }

@@ -94,7 +94,7 @@ class GpuExecutor final : public GpuOps {
   void markReady(int device) override { mark(device, GpuPhases::kReady); }
   GpuFence endResponse(int device) override;
   void whenDone(const GpuFence& fence, Done done) override;
-  bool abort(const Status& why) override;
+  void abort(const Status& why) override;
   // Blocks until device's comm stream is idle (tests).
   void synchronize(int device) { devices_->at(device).synchronize(); }
 

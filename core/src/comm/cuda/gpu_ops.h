@@ -80,10 +80,6 @@ struct GpuPhases {
   enum Phase { kStart, kReady, kPacked, kReduced, kUnpacked, kCount };
   bool timed = false;
   int64_t at[kCount] = {};
-  // False after a failure when the device did not stop within the drain
-  // limit (DeviceSet::wedged): it may still write into the tensors, so the
-  // done callback must not release them (keepForever).
-  bool deviceStopped = true;
 };
 
 class GpuOps {
@@ -140,11 +136,11 @@ class GpuOps {
   virtual void whenDone(const GpuFence& fence, Done done) = 0;
   // The engine failed for another reason, or a response threw after it
   // enqueued work: the work in flight stops (the communicator is aborted)
-  // and its fences fail with why. Returns true once the devices no longer
-  // touch any memory of that work (the comm streams drained), so the caller
-  // may release the tensors; false when the device did not stop within the
-  // drain limit (wedged): then nothing of that work may be freed.
-  virtual bool abort(const Status& why) = 0;
+  // and its fences fail with why. Returns once the devices no longer touch
+  // any memory of that work (the comm streams drained), so the caller may
+  // release the tensors, or once the drain gave up (DeviceSet::wedged: then
+  // nothing of that work may be freed).
+  virtual void abort(const Status& why) = 0;
 };
 
 }  // namespace kolo::comm::cuda
