@@ -6,7 +6,8 @@
 # LD_LIBRARY_PATH. External libraries outside the loader's default path:
 #   - cmake --install: their directories as linked, absolute
 #     (CMAKE_INSTALL_RPATH_USE_LINK_PATH): a venv's torch/lib, the CUDA
-#     toolkit's lib. System libraries need none.
+#     toolkit's lib, also when the venv is inside the checkout.
+#     System libraries need none.
 #   - pip (scikit-build-core, SKBUILD): nothing absolute from the build
 #     environment. LibTorch's lib/ and the NCCL and CUDA runtime it loads
 #     (pip's nvidia-* wheels) are named relative to site-packages, where the
@@ -38,7 +39,19 @@ function(kolo_install_rpath target dest)
   else()
     set(rpath "$ORIGIN/${rel}")
   endif()
-  if(SKBUILD AND KOLO_PYTHON_SITE_DIR)
+  if(NOT SKBUILD)
+    # CMAKE_INSTALL_RPATH_USE_LINK_PATH leaves out directories inside the
+    # source or build tree, such as a venv in the checkout's .cache/ (where
+    # scripts/test.sh keeps pip's torch by default): name those ourselves,
+    # or an install cannot load LibTorch or NCCL from there.
+    foreach(dir IN LISTS KOLO_RUNTIME_DIRS)
+      kolo_under("${dir}" "${CMAKE_SOURCE_DIR}" in_source)
+      kolo_under("${dir}" "${CMAKE_BINARY_DIR}" in_build)
+      if(in_source OR in_build)
+        list(APPEND rpath "${dir}")
+      endif()
+    endforeach()
+  elseif(KOLO_PYTHON_SITE_DIR)
     # The install prefix is site-packages/kolo (pyproject.toml).
     get_filename_component(from "${KOLO_PYTHON_SITE_DIR}/kolo/${dest}" ABSOLUTE)
     foreach(dir IN LISTS KOLO_RUNTIME_DIRS)
