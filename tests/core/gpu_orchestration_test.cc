@@ -362,5 +362,34 @@ TEST(GpuOrchestration, AWaiterReturnsOnceTheDoneEventIsReachedWhileTheWatcherIsH
   EXPECT_EQ(completed.load(), 2) << "every completion callback still ran";
 }
 
+
+// Once a rank queued a CUDA operation, only its loop thread runs cycles: a
+// waiting caller must not execute CUDA work on its own thread (the device is
+// the loop thread's, pinned once). Later CPU operations' callbacks run there
+// too, also for a caller that waits synchronously (CallerCycles tests the
+// CPU-only case, where the caller runs them).
+TEST(GpuOrchestration, AfterACudaOperationOnlyTheLoopThreadRunsCycles) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 8);
+    ASSERT_TRUE(settle(allreduce(engine, "gpu", t, rank)).ok());
+    const auto me = std::this_thread::get_id();
+    for (int i = 0; i < 50; ++i) {
+      std::vector<float> v(4, float(rank));
+      std::thread::id ranOn;
+      Entry e{v.data(), v.data(), {}, {}};
+      e.onDone = [&](const Status&) { ranOn = std::this_thread::get_id(); };
+      Request q;
+      q.name = "cpu";
+      q.op = OpType::kAllreduce;
+      q.dtype = DataType::kFloat32;
+      q.shape = {4};
+      engine.enqueue(q, e).wait();
+      ASSERT_EQ(v[0], 1.0f);
+      ASSERT_NE(ranOn, me) << "op " << i << " ran its cycle on the caller's thread";
+    }
+  }, gpuConfig(rt));
+}
+
 }  // namespace
 }  // namespace kolo

@@ -160,6 +160,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
   log->debug("engine up: rank {}/{}, controller {}, cpu data plane {}, {} process set(s)",
              identity.rank, identity.size, config.controller, sets[0]->dataPlane,
              table.all().size());
+  gate->engine = this;  // callers waiting from now on may run the cycles
   thread = std::thread([this] { loopOnLoop(); });
 }
 
@@ -177,23 +178,32 @@ Engine::~Engine() {
 
 Handle Engine::Impl::push(std::vector<PendingOp> ops) {
   Handle first(ops.front().handle);
-  queue.push(std::move(ops));
+  for (const auto& op : ops) {
+    // Before the op is queued: whoever drains it then sees the flag.
+    if (op.msg.request.device == DeviceKind::kCuda) loopOnly.store(true);
+  }
+  // Right after a caller ran the cycles, the loop thread is left asleep: the
+  // caller most likely drains this op itself (CycleGate::callersDriving).
+  queue.push(std::move(ops), !gate->callersDriving());
   return first;
 }
 
 namespace {
 
-// The completion state of a new op; its waiters spin for up to spin.
-std::shared_ptr<HandleState> newHandle(std::chrono::microseconds spin) {
+// The completion state of a new op; its waiters spin for up to spin, and
+// wait() may run the engine's cycles through gate.
+std::shared_ptr<HandleState> newHandle(std::chrono::microseconds spin,
+                                       std::shared_ptr<CycleGate> gate) {
   auto state = std::make_shared<HandleState>();
   state->spin = spin;
+  state->gate = std::move(gate);
   return state;
 }
 
 // The op of request in set, with a broadcast root translated to its rank
 // within the set.
 PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set,
-                    std::chrono::microseconds spin) {
+                    std::chrono::microseconds spin, std::shared_ptr<CycleGate> gate) {
   if (request.op == OpType::kBroadcast) {
     request.root = static_cast<int>(
         std::lower_bound(set.ranks.begin(), set.ranks.end(), request.root) - set.ranks.begin());
@@ -201,7 +211,7 @@ PendingOp pendingOp(Request request, Entry entry, const ProcessSetInfo& set,
   PendingOp op;
   op.msg.request = std::move(request);
   op.entry = std::move(entry);
-  op.handle = newHandle(spin);
+  op.handle = newHandle(spin, std::move(gate));
   return op;
 }
 
@@ -220,7 +230,8 @@ Handle Engine::enqueue(Request request, Entry entry) {
                           "; no new operations there until every rank has joined");
   }
   std::vector<PendingOp> ops;
-  ops.push_back(pendingOp(std::move(request), std::move(entry), set, impl_->spinTime));
+  ops.push_back(
+      pendingOp(std::move(request), std::move(entry), set, impl_->spinTime, impl_->gate));
   return impl_->push(std::move(ops));
 }
 
@@ -253,13 +264,14 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<Request> requests,
                        "' a " + toString(kind) + " of process set " + std::to_string(setId) +
                        "; a group holds one kind of operation in one process set");
     checkRequest(requests[i], entries[i], set, impl_->config);
-    PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set, impl_->spinTime);
+    PendingOp op = pendingOp(std::move(requests[i]), std::move(entries[i]), set,
+                             impl_->spinTime, impl_->gate);
     op.msg.group = group;
     op.msg.groupSize = static_cast<int>(entries.size());
     handles.emplace_back(op.handle);
     ops.push_back(std::move(op));
   }
-  impl_->queue.push(std::move(ops));
+  impl_->push(std::move(ops));
   return handles;
 }
 
@@ -269,7 +281,7 @@ Handle Engine::join(int processSet) {
   op.msg.request.name = kJoinName;
   op.msg.request.op = OpType::kJoin;
   op.msg.request.processSet = processSet;
-  op.handle = newHandle(impl_->spinTime);
+  op.handle = newHandle(impl_->spinTime, impl_->gate);
   impl_->table.setJoined(processSet, true);
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
@@ -287,7 +299,7 @@ Handle Engine::barrier(int processSet) {
   op.msg.request.name = kBarrierName;
   op.msg.request.op = OpType::kBarrier;
   op.msg.request.processSet = processSet;
-  op.handle = newHandle(impl_->spinTime);
+  op.handle = newHandle(impl_->spinTime, impl_->gate);
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
   return impl_->push(std::move(ops));
@@ -305,7 +317,7 @@ std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange ch
   op.msg.request.name = "kolo.process_set." + std::to_string(changeCount++);
   op.msg.request.op = OpType::kProcessSet;
   op.msg.setChange = std::move(change);
-  op.handle = newHandle(spinTime);
+  op.handle = newHandle(spinTime, gate);
   auto state = op.handle;
   std::vector<PendingOp> ops;
   ops.push_back(std::move(op));
@@ -360,9 +372,9 @@ void Engine::abort(const std::string& message) {
   }
   publishAbort(*impl_->store, impl_->identity.rank, message);
   impl_->abortRequested = true;
-  // From the loop thread itself (a completion callback): it stops after
-  // this cycle; joining here would wait for ourselves.
-  if (std::this_thread::get_id() == impl_->loopThreadId.load()) return;
+  // From the thread running the cycles (a completion callback): the loop
+  // stops after this cycle; joining here would wait for ourselves.
+  if (impl_->runningCyclesHere()) return;
   impl_->stopAndJoin();
 }
 
@@ -414,7 +426,7 @@ void Engine::Impl::requestTimeline(std::unique_ptr<timeline::Timeline> next) {
       // From a completion callback (the loop itself) the change applies at
       // the next cycle; anywhere else wait for it, so that ops enqueued
       // after startTimeline returns are traced.
-      if (std::this_thread::get_id() != loopThreadId.load()) {
+      if (!runningCyclesHere()) {
         timelineCv.wait(lock, [&] { return loopDone || timelineApplied >= ticket; });
       }
     }

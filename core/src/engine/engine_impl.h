@@ -1,7 +1,9 @@
 // Engine::Impl: the state behind kolo::Engine, shared by engine.cc (caller
 // side), engine_loop.cc (the background loop), engine_sets.cc (process set
 // changes) and engine_observability.cc (autotuning, stall checks,
-// timeline). Methods ending in OnLoop run on the background thread only.
+// timeline). Methods ending in OnLoop run on the thread that runs the
+// cycles, holding gate->mu: the background loop thread, or a caller that
+// waits for its operation while the loop thread is idle (driveUntilDone).
 #pragma once
 
 #include "kolo/engine.h"
@@ -20,6 +22,7 @@
 #include "engine/process_set.h"
 #include "common/logging.h"
 #include "kolo/tcp_store.h"
+#include "engine/handle_state.h"
 #include "engine/request_check.h"
 #include "negotiation/stall_inspector.h"
 #include "engine/tensor_queue.h"
@@ -45,12 +48,12 @@ struct GpuEvents {
   TensorQueue* queue = nullptr;  // woken when something arrives
 };
 
-struct Engine::Impl {
+struct Engine::Impl : CallerCycles {
   Impl(Config c, Identity id, std::shared_ptr<Store> s, std::vector<std::vector<int>> staticSets);
 
   Handle push(std::vector<PendingOp> ops);
   void stopAndJoin();
-  // What connecting a process set needs (constructor and loop thread).
+  // What connecting a process set needs (constructor and cycles).
   ProcessSetContext processSetContext();
   // Queues an internal op of set 0 changing the process sets and waits for
   // it; returns its completed state (processSetId: the set added).
@@ -60,10 +63,22 @@ struct Engine::Impl {
   // loop switched to it. Any thread.
   void requestTimeline(std::unique_ptr<timeline::Timeline> next);
 
-  // --- loop thread only (…OnLoop) ---
+  // A caller in Handle::wait() holding gate->mu: runs iterations until s is
+  // done (see there).
+  void driveUntilDone(HandleState& s) override;
+  // Whether this thread runs the cycles now (holds gate->mu).
+  bool runningCyclesHere() const { return tCycleGateHeld == gate.get(); }
+
+  // --- the thread running the cycles only (…OnLoop) ---
   void loopOnLoop();
   void cyclesOnLoop();
   void finishOnLoop();
+  // One iteration: drain the queue, one cycle of every set, autotune.
+  // onCaller: run by a waiting caller, which hands the iteration back
+  // (kYield, before any cycle) when callerMayDrive() says no.
+  enum class Iteration { kDone, kYield, kEnded };
+  Iteration iterateOnLoop(std::chrono::steady_clock::time_point cycleStart, bool& busy,
+                          bool onCaller);
   // One negotiation cycle of set (admit, negotiate, execute, stall check).
   // Returns false when this rank's loop must end (the job stopped).
   bool cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::time_point now, bool& busy);
@@ -126,25 +141,36 @@ struct Engine::Impl {
   TensorQueue queue;
   std::shared_ptr<GpuEvents> gpuEvents = std::make_shared<GpuEvents>();
   ProcessSetTable table;  // any thread
-  Tunables tunables;      // loop thread; see Controller
+  Tunables tunables;      // cycles (gate->mu); see Controller
   // GPU devices of every process set (one comm stream per device).
   std::shared_ptr<comm::cuda::DeviceSet> gpuDevices = makeGpuDevices(config);
 
-  // Loop thread. The sets this rank belongs to, by id (set 0 first).
+  // The cycles' state (gate->mu held; see the top of this file).
+  // The sets this rank belongs to, by id (set 0 first).
   std::map<int, std::unique_ptr<ProcessSetState>> sets;
-  int nextSetId = 1;              // loop thread: id of the next set added
-  std::vector<int> cycleIds;      // loop thread: the sets after set 0, this iteration
-  EngineStats retiredStats;       // loop thread: counters of removed sets
-  std::vector<PendingOp> drained;  // loop thread; empty between cycles
+  int nextSetId = 1;              // id of the next set added
+  std::vector<int> cycleIds;      // the sets after set 0, this iteration
+  EngineStats retiredStats;       // counters of removed sets
+  std::vector<PendingOp> drained;  // empty between iterations, but for a caller's kYield
   // Config::spinTime, or its default for this host (constructor).
   std::chrono::microseconds spinTime{0};
-  // Loop thread: when a cycle last executed a response (the loop spins for
+  // When a cycle last executed a response (the loop thread spins for
   // up to spinTime after it instead of sleeping).
   std::chrono::steady_clock::time_point lastWorkOnLoop{};
   std::unique_ptr<autotune::Autotuner> tuner;    // rank 0 with KOLO_AUTOTUNE
   std::optional<autotune::Decision> proposal;    // rank 0: not yet applied
-  std::unique_ptr<timeline::Timeline> timeline;  // loop thread; null: off
+  std::unique_ptr<timeline::Timeline> timeline;  // cycles; null: off
   std::thread thread;
+  // Who runs the cycles (see CycleGate); shared with every handle.
+  std::shared_ptr<CycleGate> gate = std::make_shared<CycleGate>();
+  // Set before a CUDA operation is queued: from then on only the loop
+  // thread runs cycles (it owns the device). Never cleared. While this rank
+  // has joined a set (the table says so before the join is queued), the
+  // loop thread runs them too: a joined rank takes part in operations it
+  // did not submit, CUDA ones included.
+  std::atomic<bool> loopOnly{false};
+  bool callerMayDrive() const { return !loopOnly.load() && !table.anyJoined(); }
+  bool loopEnded = false;  // guarded by gate->mu: a cycle ended the loop
 
   std::atomic<bool> shutdownRequested{false};
   std::atomic<bool> abortRequested{false};
@@ -159,7 +185,6 @@ struct Engine::Impl {
   uint64_t timelineApplied = 0;                      // guarded by timelineMu
   bool loopDone = false;  // guarded by timelineMu: the loop left for good
   std::atomic<bool> timelineChange{false};
-  std::atomic<std::thread::id> loopThreadId{};
 
   std::mutex joinMu;  // serialises joining the loop thread
   bool joinedThread = false;

@@ -1,4 +1,6 @@
-// Engine's background loop: drain, negotiate, execute, complete (loop thread).
+// Engine's cycles: drain, negotiate, execute, complete. Run by the
+// background loop thread, or by a caller waiting for its operation while
+// that thread is idle (driveUntilDone); either holds the CycleGate.
 //
 // One loop iteration runs one negotiation cycle of every process set this
 // rank belongs to, set 0 first, then the others in increasing id. Every
@@ -22,8 +24,12 @@ namespace kolo {
 // Background loop.
 
 void Engine::Impl::loopOnLoop() {
-  loopThreadId = std::this_thread::get_id();
   cyclesOnLoop();
+  {
+    // Callers waiting from now on sleep until their ops fail or finish.
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->engine = nullptr;
+  }
   finishOnLoop();
 }
 
@@ -52,6 +58,17 @@ void Engine::Impl::finishOnLoop() {
 void Engine::Impl::cyclesOnLoop() {
   auto cycleStart = std::chrono::steady_clock::now();
   int idleCycles = 0;  // iterations in a row with nothing pending on any rank
+  // What the waits below read of the cycles' state, copied while this
+  // thread holds the gate (a caller's cycle may change it meanwhile).
+  std::chrono::microseconds cycleTime = config.cycleTime;
+  std::chrono::steady_clock::time_point lastWork{};
+  // While a caller runs the cycles (gateBusy: it held the gate when this
+  // thread last looked) or did so lately (CycleGate::callersDriving),
+  // pushes do not wake this thread, since the caller drains them; it wakes
+  // this thread when it stops with work left. Otherwise this thread looks
+  // once per cycle time (as Horovod's loop does) for ops nobody drained (an
+  // async op right after synchronous ones) and takes them over.
+  bool gateBusy = false;
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
     // ~3% of a core on empty cycles; new work still wakes it at once, and a
@@ -60,45 +77,98 @@ void Engine::Impl::cyclesOnLoop() {
     // the queue instead of sleeping: the next operation of a step (or the
     // caller's next small one) then costs no wake-up. It never spins longer
     // after work, so an idle job sleeps.
-    queue.waitForWork(cycleStart + tunables.cycleTime * (1 << std::min(idleCycles, 4)),
-                      lastWorkOnLoop + spinTime);
-    cycleStart = std::chrono::steady_clock::now();
-    if (timelineChange.load(std::memory_order_acquire)) applyTimelineOnLoop();
-    queue.drainInto(drained);
-    bool busy = false;
-    try {
-      if (gpuEvents->any.load(std::memory_order_acquire)) gpuEventsOnLoop();
-      // Set 0 first: its responses may add or remove sets, which every
-      // rank does at this same point; the other sets then run as they are
-      // after it.
-      routeOnLoop(drained, true);
-      if (!cycleOnLoop(*sets.at(0), cycleStart, busy)) return;
-      routeOnLoop(drained, false);
-      // Only set 0's cycle (above) adds or removes sets.
-      cycleIds.clear();
-      for (const auto& [id, set] : sets) {
-        if (id != 0) cycleIds.push_back(id);
-      }
-      for (int id : cycleIds) {
-        if (!cycleOnLoop(*sets.at(id), cycleStart, busy)) return;
-      }
-      if (tuner) {
-        if (auto d = tuner->onCycle(std::chrono::steady_clock::now(),
-                                    totalStatsOnLoop().bytesReduced)) {
-          proposal = d;
-        }
-      }
-    } catch (const std::exception& e) {
-      Status s = diagnoseFailure(e, *store, identity, config.timeout);
-      log->error("{}", s.message);
-      failAllOnLoop(s);
-      // Closing our connections makes peers blocked on us fail promptly.
-      sets.clear();
-      return;
+    const auto deadline = cycleStart + cycleTime * (1 << std::min(idleCycles, 4));
+    bool woken = true;
+    const bool driven = gateBusy || gate->callersDriving();
+    if (driven) {
+      woken = queue.waitForWake(std::min(deadline, std::chrono::steady_clock::now() + cycleTime));
+    } else {
+      queue.waitForWork(deadline, lastWork + spinTime);
     }
+    std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
+    gateBusy = !lock.owns_lock();
+    if (gateBusy) {
+      // A caller is in a cycle: look again when it wakes this thread, or a
+      // cycle time from now (the deadline may have passed: no busy loop).
+      cycleStart = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (loopEnded) return;
+    cycleTime = tunables.cycleTime;
+    lastWork = lastWorkOnLoop;
+    if (driven && !woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
+      continue;  // nothing is due: stay out of the callers' way
+    }
+    tCycleGateHeld = gate.get();
+    cycleStart = std::chrono::steady_clock::now();
+    bool busy = false;
+    const Iteration done = iterateOnLoop(cycleStart, busy, false);
+    tCycleGateHeld = nullptr;
+    if (done == Iteration::kEnded) return;
+    cycleTime = tunables.cycleTime;
+    lastWork = lastWorkOnLoop;
     idleCycles = busy ? 0 : idleCycles + 1;
-    publishStatsOnLoop();
   }
+}
+
+Engine::Impl::Iteration Engine::Impl::iterateOnLoop(std::chrono::steady_clock::time_point cycleStart,
+                                                    bool& busy, bool onCaller) {
+  if (timelineChange.load(std::memory_order_acquire)) applyTimelineOnLoop();
+  queue.drainInto(drained);
+  // What callerMayDrive() reads is set before the op that changes it is
+  // queued, so seen here once drained: the drained ops wait in drained for
+  // the loop thread's next iteration.
+  if (onCaller && !callerMayDrive()) return Iteration::kYield;
+  try {
+    if (gpuEvents->any.load(std::memory_order_acquire)) gpuEventsOnLoop();
+    // Set 0 first: its responses may add or remove sets, which every
+    // rank does at this same point; the other sets then run as they are
+    // after it.
+    routeOnLoop(drained, true);
+    if (!cycleOnLoop(*sets.at(0), cycleStart, busy)) return Iteration::kEnded;
+    routeOnLoop(drained, false);
+    // Only set 0's cycle (above) adds or removes sets.
+    cycleIds.clear();
+    for (const auto& [id, set] : sets) {
+      if (id != 0) cycleIds.push_back(id);
+    }
+    for (int id : cycleIds) {
+      if (!cycleOnLoop(*sets.at(id), cycleStart, busy)) return Iteration::kEnded;
+    }
+    if (tuner) {
+      if (auto d = tuner->onCycle(std::chrono::steady_clock::now(),
+                                  totalStatsOnLoop().bytesReduced)) {
+        proposal = d;
+      }
+    }
+  } catch (const std::exception& e) {
+    Status s = diagnoseFailure(e, *store, identity, config.timeout);
+    log->error("{}", s.message);
+    failAllOnLoop(s);
+    // Closing our connections makes peers blocked on us fail promptly.
+    sets.clear();
+    return Iteration::kEnded;
+  }
+  publishStatsOnLoop();
+  return Iteration::kDone;
+}
+
+void Engine::Impl::driveUntilDone(HandleState& s) {
+  if (loopEnded || !callerMayDrive()) return;
+  Iteration done = Iteration::kDone;
+  while (!s.stageFlag.load(std::memory_order_acquire)) {  // done, for the CPU ops driven here
+    bool busy = false;
+    done = iterateOnLoop(std::chrono::steady_clock::now(), busy, true);
+    if (done != Iteration::kDone) break;
+  }
+  if (done == Iteration::kEnded) loopEnded = true;
+  // The loop thread takes over what is left: ops other threads queued (or
+  // this one yielded), the failure's end. Nothing left: it sleeps on.
+  bool left = done != Iteration::kDone || !drained.empty() || queue.hasWork();
+  for (const auto& [id, set] : sets) {
+    left = left || !set->pending.empty() || !set->fresh.empty();
+  }
+  if (left) queue.wake();
 }
 
 void Engine::Impl::routeOnLoop(std::vector<PendingOp>& ops, bool globalOnly) {

@@ -1,10 +1,10 @@
-// Engine: autotuning, stall checks and the timeline (loop thread).
+// Engine: autotuning, stall checks and the timeline (the cycles' thread).
 #include "engine/engine_impl.h"
 
 namespace kolo {
 
 // ---------------------------------------------------------------------------
-// Autotuning, stall checks and the timeline (loop thread).
+// Autotuning, stall checks and the timeline (the cycles' thread).
 
 void Engine::Impl::applyTunedOnLoop(const autotune::Decision& d) {
   // The controller already switched `tunables` (and emptied the cache when

@@ -1,4 +1,4 @@
-// Engine: adding and removing process sets (loop thread). A change is an
+// Engine: adding and removing process sets (the cycles' thread). A change is an
 // internal operation of set 0, so every rank applies it at the same point
 // of set 0's response order; the set's members connect (or close) its
 // channels right there, before any of its cycles.

@@ -98,6 +98,27 @@ bool awaitDone(HandleState& s, std::unique_lock<std::mutex>& lock,
   }
 }
 
+// Runs the engine's cycles on this thread until s is done (or, for a CUDA
+// operation, enqueued: the engine then leaves the cycles to its loop
+// thread anyway), when no thread
+// runs them now (CycleGate): a synchronous caller then costs no hand-off to
+// the loop thread and back. Returns at once otherwise (the loop thread or
+// another caller is in a cycle, or the engine said no).
+void driveIfIdle(HandleState& s) {
+  if (!s.gate || s.stageFlag.load(std::memory_order_acquire) ||
+      tCycleGateHeld == s.gate.get()) {
+    return;
+  }
+  std::unique_lock<std::mutex> lock(s.gate->mu, std::try_to_lock);
+  if (!lock.owns_lock() || s.gate->engine == nullptr) return;
+  const CycleGate* outer = tCycleGateHeld;  // another engine's, if any
+  tCycleGateHeld = s.gate.get();
+  s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
+  s.gate->engine->driveUntilDone(s);
+  tCycleGateHeld = outer;
+  s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
+}
+
 }  // namespace
 
 bool Handle::poll() const { return checked(state_).reachedDone(); }
@@ -112,6 +133,7 @@ bool Handle::waitFor(std::chrono::milliseconds timeout) const {
 
 void Handle::wait() const {
   auto& s = checked(state_);
+  driveIfIdle(s);
   std::unique_lock<std::mutex> lock;
   awaitDone(s, lock);
   s.status.throwIfError();
@@ -119,6 +141,7 @@ void Handle::wait() const {
 
 void* Handle::waitEnqueued() const {
   auto& s = checked(state_);
+  driveIfIdle(s);
   std::unique_lock<std::mutex> lock;
   awaitStage(s, lock);
   if (s.done) {

@@ -14,6 +14,53 @@
 
 namespace kolo {
 
+struct HandleState;
+
+// Runs an engine's negotiation cycles on the thread of a caller waiting for
+// one of its operations (Engine::Impl implements it).
+class CallerCycles {
+ public:
+  virtual ~CallerCycles() = default;
+  // Called with the gate's mu held (CycleGate): runs cycles until s is done,
+  // or returns early where the caller may not run them (see the engine).
+  virtual void driveUntilDone(HandleState& s) = 0;
+};
+
+// Who runs an engine's cycles: its background loop thread, or a caller
+// waiting in Handle::wait() while the loop thread is not in a cycle (as
+// MPI's caller drives its own progress). Either holds mu for the cycle, so
+// one thread at a time touches the loop's state. Shared with the handles,
+// which may outlive the engine.
+struct CycleGate {
+  std::mutex mu;
+  // Guarded by mu; nullptr once the engine's loop ended for good.
+  CallerCycles* engine = nullptr;
+  // When a caller last stopped running the cycles (steady clock, ns).
+  std::atomic<int64_t> lastDriveNs{0};
+
+  // Within kDriveWindow of a caller's drive, the next operation is most
+  // likely another synchronous one (a loop of them, or a sequence): a push
+  // then leaves the loop thread asleep, since its caller will run the cycle
+  // itself, and the loop thread looks for ops nobody drained once per cycle
+  // time. Later pushes (a backward pass's, milliseconds after the last
+  // wait) wake it at once, as before.
+  static constexpr std::chrono::microseconds kDriveWindow{100};
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  bool callersDriving() const {
+    const int64_t last = lastDriveNs.load(std::memory_order_relaxed);
+    return last != 0 && nowNs() - last <
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
+  }
+};
+
+// The gate whose cycles this thread runs now (nullptr: none): a completion
+// callback waiting on a handle does not try to take the gate it holds.
+inline thread_local const CycleGate* tCycleGateHeld = nullptr;
+
 struct HandleState {
   std::mutex mu;
   std::condition_variable cv;
@@ -52,6 +99,9 @@ struct HandleState {
   // How long a waiter polls the flags before it blocks on cv (the engine's
   // spin time, Config::spinTime; set before the handle is shared).
   std::chrono::nanoseconds spin{0};
+  // The engine's cycle gate (set before the handle is shared; nullptr for
+  // handles made by hand): wait() may run the cycles itself.
+  std::shared_ptr<CycleGate> gate;
 
   // Called by the background (or completion) thread, then wake(). Results
   // (outputShape...) must be set before. Apart so that a batch of handles

@@ -106,6 +106,14 @@ bool ProcessSetTable::joined(int id) const {
   return it != sets_.end() && it->second.joined;
 }
 
+bool ProcessSetTable::anyJoined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : sets_) {
+    if (e.joined) return true;
+  }
+  return false;
+}
+
 void ProcessSetTable::setJoined(int id, bool joined) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(id);

@@ -49,6 +49,8 @@ class ProcessSetTable {
   // join() called on the set and not completed yet.
   bool joined(int id) const;
   void setJoined(int id, bool joined);
+  // joined() of any set.
+  bool anyJoined() const;
 
  private:
   struct Entry {

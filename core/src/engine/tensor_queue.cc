@@ -15,7 +15,7 @@ std::string inFlightKey(int processSet, const std::string& name) {
 
 }  // namespace
 
-void TensorQueue::push(std::vector<PendingOp> ops) {
+void TensorQueue::push(std::vector<PendingOp> ops, bool wakeLoop) {
   bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -37,15 +37,38 @@ void TensorQueue::push(std::vector<PendingOp> ops) {
     }
     for (auto& op : ops) queue_.push_back(std::move(op));
     ready_.store(true, std::memory_order_release);
-    notify = sleeping_;
+    if (wakeLoop) {
+      notify = sleeping_ || wakeOnly_;
+      woken_ = woken_ || wakeOnly_;  // waitForWake returns for it too
+    }
   }
   if (notify) cv_.notify_one();
 }
 
 void TensorQueue::drainInto(std::vector<PendingOp>& out) {
   std::lock_guard<std::mutex> lock(mu_);
-  out.swap(queue_);
+  if (out.empty()) {
+    out.swap(queue_);
+  } else {
+    for (auto& op : queue_) out.push_back(std::move(op));
+    queue_.clear();
+  }
   ready_.store(woken_, std::memory_order_relaxed);
+}
+
+bool TensorQueue::hasWork() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !queue_.empty();
+}
+
+bool TensorQueue::waitForWake(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wakeOnly_ = true;
+  const bool woken = cv_.wait_until(lock, deadline, [&] { return woken_; });
+  wakeOnly_ = false;
+  woken_ = false;
+  ready_.store(!queue_.empty(), std::memory_order_relaxed);
+  return woken;
 }
 
 void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline,
@@ -68,7 +91,7 @@ void TensorQueue::wake() {
     std::lock_guard<std::mutex> lock(mu_);
     woken_ = true;
     ready_.store(true, std::memory_order_release);
-    notify = sleeping_;
+    notify = sleeping_ || wakeOnly_;
   }
   if (notify) cv_.notify_one();
 }

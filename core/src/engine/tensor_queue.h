@@ -24,13 +24,17 @@ class TensorQueue {
  public:
   // Any thread. Atomically queues all ops (a group) or none; throws
   // InvalidArgument when a name is in flight or repeated within ops, or the
-  // stop status when the queue is closed.
-  void push(std::vector<PendingOp> ops);
+  // stop status when the queue is closed. wakeLoop false: a blocked loop
+  // is not woken (a caller will drain ops; the loop looks at its own pace).
+  void push(std::vector<PendingOp> ops, bool wakeLoop = true);
 
-  // Loop thread. Swaps everything queued so far into out, which must be
-  // empty; its capacity becomes the queue's, so that a steady stream of
-  // thousands of ops per step reallocates neither vector.
+  // The thread running the cycles. Moves everything queued so far to the
+  // end of out. An empty out is swapped with the queue, so that a steady
+  // stream of thousands of ops per step reallocates neither vector.
   void drainInto(std::vector<PendingOp>& out);
+
+  // Any thread: whether ops are queued (not drained yet).
+  bool hasWork() const;
 
   // Loop thread. Returns when work is queued, wake() was called or deadline
   // passed. Until spinUntil (when earlier than deadline) it polls without
@@ -38,7 +42,12 @@ class TensorQueue {
   void waitForWork(std::chrono::steady_clock::time_point deadline,
                    std::chrono::steady_clock::time_point spinUntil = {});
 
-  // Any thread: makes waitForWork return now.
+  // Loop thread, while callers run the cycles: returns true when wake() or
+  // a push with wakeLoop was called, false when deadline passed; a quiet
+  // push does not wake it (a caller drains).
+  bool waitForWake(std::chrono::steady_clock::time_point deadline);
+
+  // Any thread: makes waitForWork and waitForWake return now.
   void wake();
 
   // Loop thread: the ops named names in processSet completed; the names
@@ -57,6 +66,7 @@ class TensorQueue {
   std::unordered_set<std::string> inFlight_;
   bool woken_ = false;
   bool sleeping_ = false;  // the loop is blocked on cv_ (push and wake notify)
+  bool wakeOnly_ = false;  // the loop is blocked in waitForWake (wake notifies)
   bool closed_ = false;
   // !queue_.empty() || woken_, readable without mu_ (the loop's spin).
   // Written under mu_.
