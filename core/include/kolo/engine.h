@@ -57,8 +57,11 @@ struct Entry {
   const void* input = nullptr;  ///< may equal output (in place)
   void* output = nullptr;       ///< allreduce/broadcast: same size as input
   OutputAllocator allocate;     ///< allgather/alltoall/reducescatter
-  /// Called on the background thread when the operation ends, before waiters
-  /// wake.
+  /// Called when the operation ends, before waiters wake, on the thread that
+  /// runs the engine's cycle: the background thread, or a thread waiting in
+  /// Handle::wait()/waitEnqueued() that runs the cycle itself while the
+  /// background thread is idle (CPU operations; see Handle::wait()). It
+  /// must not wait on another handle of the same engine.
   std::function<void(const Status&)> onDone;
   /// CUDA tensors: a cudaEvent_t recorded on the stream that produced input
   /// (the caller's current stream), or nullptr when input is ready already.
@@ -104,6 +107,15 @@ class Handle {
   /// Blocks until done or timeout; returns false on timeout.
   bool waitFor(std::chrono::milliseconds timeout) const;
   /// Blocks until done and throws the operation's error, if any.
+  ///
+  /// While the engine's background thread is idle, the waiting thread runs
+  /// the engine's cycles itself until the operation is done (negotiation,
+  /// the collective, the completion callbacks of whatever completes), as
+  /// an MPI call drives its own progress: a synchronous small operation
+  /// then crosses no thread hand-off. Not once this rank queued a CUDA
+  /// operation, nor while it has joined a process set: then the background
+  /// thread runs every cycle. waitEnqueued() does the same; poll() and
+  /// waitFor() never run cycles.
   ///
   /// CUDA operations: once the work is enqueued, the waiter itself polls
   /// the work's done event while it spins (Config::spinTime; once even

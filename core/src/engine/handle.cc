@@ -98,12 +98,11 @@ bool awaitDone(HandleState& s, std::unique_lock<std::mutex>& lock,
   }
 }
 
-// Runs the engine's cycles on this thread until s is done (or, for a CUDA
-// operation, enqueued: the engine then leaves the cycles to its loop
-// thread anyway), when no thread
-// runs them now (CycleGate): a synchronous caller then costs no hand-off to
-// the loop thread and back. Returns at once otherwise (the loop thread or
-// another caller is in a cycle, or the engine said no).
+// Runs the engine's cycles on this thread until s is done (stage one, for
+// the engine never lets a caller run CUDA work), when no thread runs them
+// now (CycleGate): a synchronous caller then costs no hand-off to the loop
+// thread and back. Returns at once otherwise (the loop thread or another
+// caller is in a cycle, or the engine said no).
 void driveIfIdle(HandleState& s) {
   if (!s.gate || s.stageFlag.load(std::memory_order_acquire) ||
       tCycleGateHeld == s.gate.get()) {
@@ -111,11 +110,13 @@ void driveIfIdle(HandleState& s) {
   }
   std::unique_lock<std::mutex> lock(s.gate->mu, std::try_to_lock);
   if (!lock.owns_lock() || s.gate->engine == nullptr) return;
-  const CycleGate* outer = tCycleGateHeld;  // another engine's, if any
-  tCycleGateHeld = s.gate.get();
+  struct Held {  // this thread holds the gate (restored on any exit)
+    const CycleGate* outer = tCycleGateHeld;  // another engine's, if any
+    explicit Held(const CycleGate* g) { tCycleGateHeld = g; }
+    ~Held() { tCycleGateHeld = outer; }
+  } held(s.gate.get());
   s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
   s.gate->engine->driveUntilDone(s);
-  tCycleGateHeld = outer;
   s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
 }
 
