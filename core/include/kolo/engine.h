@@ -61,7 +61,8 @@ struct Entry {
   /// runs the engine's cycle: the background thread, or a thread waiting in
   /// Handle::wait()/waitEnqueued() that runs the cycle itself while the
   /// background thread is idle (CPU operations; see Handle::wait()). It
-  /// must not wait on another handle of the same engine.
+  /// must not wait on another handle of the same engine, nor shut it down
+  /// (the cycle it runs in would wait for itself); Engine::abort() is fine.
   std::function<void(const Status&)> onDone;
   /// CUDA tensors: a cudaEvent_t recorded on the stream that produced input
   /// (the caller's current stream), or nullptr when input is ready already.
