@@ -12,6 +12,7 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
