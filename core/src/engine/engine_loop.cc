@@ -63,11 +63,14 @@ void Engine::Impl::cyclesOnLoop() {
   std::chrono::microseconds cycleTime = config.cycleTime;
   std::chrono::steady_clock::time_point lastWork{};
   // While a caller runs the cycles (gateBusy: it held the gate when this
-  // thread last looked) or did so lately (CycleGate::callersDriving),
-  // pushes do not wake this thread, since the caller drains them; it wakes
-  // this thread when it stops with work left. Otherwise this thread looks
-  // once per cycle time (as Horovod's loop does) for ops nobody drained (an
-  // async op right after synchronous ones) and takes them over.
+  // thread last looked), or did so within the last second, this thread
+  // sleeps until woken (wake(), or a push outside CycleGate::kDriveWindow)
+  // or for a cycle time at most (as Horovod's loop does): a push right
+  // after a caller's drive does not wake it, since that caller most likely
+  // drains it, and an op nobody drains (an async op right after
+  // synchronous ones) is taken over within a cycle time. A caller wakes
+  // this thread when it stops with work left.
+  constexpr auto kCallersLately = std::chrono::seconds(1);
   bool gateBusy = false;
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
@@ -78,12 +81,15 @@ void Engine::Impl::cyclesOnLoop() {
     // caller's next small one) then costs no wake-up. It never spins longer
     // after work, so an idle job sleeps.
     const auto deadline = cycleStart + cycleTime * (1 << std::min(idleCycles, 4));
-    bool woken = true;
-    const bool driven = gateBusy || gate->callersDriving();
-    if (driven) {
-      woken = queue.waitForWake(std::min(deadline, std::chrono::steady_clock::now() + cycleTime));
-    } else {
+    const bool driven = gateBusy || gate->droveWithin(kCallersLately);
+    if (!driven) {
       queue.waitForWork(deadline, lastWork + spinTime);
+    } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
+      const bool woken =
+          queue.waitForWake(std::min(deadline, std::chrono::steady_clock::now() + cycleTime));
+      if (!woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
+        continue;  // nothing is due: stay out of the callers' way (and off the gate)
+      }
     }
     std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
     gateBusy = !lock.owns_lock();
@@ -94,11 +100,6 @@ void Engine::Impl::cyclesOnLoop() {
       continue;
     }
     if (loopEnded) return;
-    cycleTime = tunables.cycleTime;
-    lastWork = lastWorkOnLoop;
-    if (driven && !woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
-      continue;  // nothing is due: stay out of the callers' way
-    }
     tCycleGateHeld = gate.get();
     cycleStart = std::chrono::steady_clock::now();
     bool busy = false;

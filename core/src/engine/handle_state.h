@@ -50,11 +50,12 @@ struct CycleGate {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  bool callersDriving() const {
+  // A caller ran the cycles within the last `window`.
+  bool droveWithin(std::chrono::nanoseconds window) const {
     const int64_t last = lastDriveNs.load(std::memory_order_relaxed);
-    return last != 0 && nowNs() - last <
-                            std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
+    return last != 0 && nowNs() - last < window.count();
   }
+  bool callersDriving() const { return droveWithin(kDriveWindow); }
 };
 
 // The gate whose cycles this thread runs now (nullptr: none): a completion
