@@ -1,6 +1,7 @@
 // Engine::Impl: the state behind kolo::Engine, shared by engine.cc (caller
-// side), engine_loop.cc (the background loop), engine_sets.cc (process set
-// changes) and engine_observability.cc (autotuning, stall checks,
+// side), engine_threads.cc (who runs the cycles: the background loop thread
+// or a waiting caller), engine_loop.cc (an iteration of the cycles),
+// engine_sets.cc (process set changes) and engine_observability.cc (autotuning, stall checks,
 // timeline). Methods ending in OnLoop run on the thread that runs the
 // cycles, holding gate->mu: the background loop thread, or a caller that
 // waits for its operation while the loop thread is idle (driveUntilDone).
@@ -170,7 +171,6 @@ struct Engine::Impl : CallerCycles {
   // did not submit, CUDA ones included.
   std::atomic<bool> loopOnly{false};
   bool callerMayDrive() const { return !loopOnly.load() && !table.anyJoined(); }
-  bool loopEnded = false;  // guarded by gate->mu: a cycle ended the loop
 
   std::atomic<bool> shutdownRequested{false};
   std::atomic<bool> abortRequested{false};

@@ -1,0 +1,124 @@
+// Who runs the engine's cycles: its background loop thread, or a caller
+// waiting for its operation while that thread is idle (driveUntilDone).
+// Either holds the CycleGate (engine/handle_state.h) for each iteration it
+// runs (iterateOnLoop, engine_loop.cc).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "engine/engine_impl.h"
+
+namespace kolo {
+
+void Engine::Impl::loopOnLoop() {
+  cyclesOnLoop();
+  {
+    // Callers waiting from now on sleep until their ops fail or finish.
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->engine = nullptr;
+  }
+  finishOnLoop();
+}
+
+void Engine::Impl::finishOnLoop() {
+  std::unique_ptr<timeline::Timeline> next;
+  {
+    std::lock_guard<std::mutex> lock(timelineMu);
+    loopDone = true;
+    next = std::move(timelineNext);
+  }
+  timelineCv.notify_all();
+  for (auto& [id, set] : sets) {
+    if (set->executor) set->executor->setTimeline(nullptr);
+  }
+  if (timeline) {
+    timeline->close();
+    if (timeline->dropped() > 0) {
+      log->warn("timeline {}: {} events dropped (writer could not keep up)", timeline->path(),
+                timeline->dropped());
+    }
+    timeline.reset();
+  }
+  if (next) next->close();
+}
+
+void Engine::Impl::cyclesOnLoop() {
+  auto cycleStart = std::chrono::steady_clock::now();
+  int idleCycles = 0;  // iterations in a row with nothing pending on any rank
+  // What the waits below read of the cycles' state, copied while this
+  // thread holds the gate (a caller's cycle may change it meanwhile).
+  std::chrono::microseconds cycleTime = config.cycleTime;
+  std::chrono::steady_clock::time_point lastWork{};
+  // While a caller runs the cycles (gateBusy: it held the gate when this
+  // thread last looked), or did so within the last second, this thread
+  // sleeps until woken (wake(), or a push outside CycleGate::kDriveWindow)
+  // or for a cycle time at most (as Horovod's loop does): a push right
+  // after a caller's drive does not wake it, since that caller most likely
+  // drains it, and an op nobody drains (an async op right after
+  // synchronous ones) is taken over within a cycle time. A caller wakes
+  // this thread when it stops with work left.
+  constexpr auto kCallersLately = std::chrono::seconds(1);
+  bool gateBusy = false;
+  while (true) {
+    // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
+    // ~3% of a core on empty cycles; new work still wakes it at once, and a
+    // peer with work waits for it in the control allreduce without spinning.
+    // Within KOLO_SPIN_TIME of the last response it executed, the loop polls
+    // the queue instead of sleeping: the next operation of a step (or the
+    // caller's next small one) then costs no wake-up. It never spins longer
+    // after work, so an idle job sleeps.
+    const auto deadline = cycleStart + cycleTime * (1 << std::min(idleCycles, 4));
+    const bool driven = gateBusy || gate->droveWithin(kCallersLately);
+    if (!driven) {
+      queue.waitForWork(deadline, lastWork + spinTime);
+    } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
+      const bool woken =
+          queue.waitForWake(std::min(deadline, std::chrono::steady_clock::now() + cycleTime));
+      if (!woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
+        continue;  // nothing is due: stay out of the callers' way (and off the gate)
+      }
+    }
+    std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
+    gateBusy = !lock.owns_lock();
+    if (gateBusy) {
+      // A caller is in a cycle: look again when it wakes this thread, or a
+      // cycle time from now (the deadline may have passed: no busy loop).
+      cycleStart = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (gate->engine == nullptr) return;  // a caller's cycle ended the loop
+    tCycleGateHeld = gate.get();
+    cycleStart = std::chrono::steady_clock::now();
+    bool busy = false;
+    const Iteration done = iterateOnLoop(cycleStart, busy, false);
+    tCycleGateHeld = nullptr;
+    if (done == Iteration::kEnded) return;
+    cycleTime = tunables.cycleTime;
+    lastWork = lastWorkOnLoop;
+    idleCycles = busy ? 0 : idleCycles + 1;
+  }
+}
+
+void Engine::Impl::driveUntilDone(HandleState& s) {
+  if (!callerMayDrive()) return;
+  Iteration done = Iteration::kDone;
+  while (!s.stageFlag.load(std::memory_order_acquire)) {  // done, for the CPU ops driven here
+    bool busy = false;
+    done = iterateOnLoop(std::chrono::steady_clock::now(), busy, true);
+    if (done != Iteration::kDone) break;
+  }
+  // The loop ended: no cycle runs again (the loop thread exits when it looks).
+  if (done == Iteration::kEnded) gate->engine = nullptr;
+  // The loop thread takes over what is left: ops other threads queued (or
+  // this one yielded), the failure's end. Nothing left: it sleeps on.
+  bool left = done != Iteration::kDone || !drained.empty() || queue.hasWork();
+  for (const auto& [id, set] : sets) {
+    left = left || !set->pending.empty() || !set->fresh.empty();
+  }
+  if (left) queue.wake();
+}
+
+}  // namespace kolo
