@@ -100,15 +100,12 @@ TEST(GpuOrchestration, AFailureReleasesTensorsOnlyOnceTheDeviceStopped) {
     }
     // Rank 0's input is produced on a stream of the caller's (device 2)
     // that is held until well after rank 1 failed.
-    device::Stream user = rt->createStream(2);
+    UserStream user(*rt, 2);
     std::promise<void> release;
-    std::shared_future<void> released = release.get_future().share();
-    rt->launch(user, Stage::kCopy, [released] { released.wait(); });
-    device::Event ready = rt->createEvent(2, false);
-    rt->record(ready, user);
+    user.holdUntil(release.get_future().share());
     std::atomic<int> idleAtRelease{-1};
     DeviceFloats u(*rt, rank, 64);
-    Handle a = allreduce(engine, "a", t, rank, ready, [&](const Status&) {
+    Handle a = allreduce(engine, "a", t, rank, user.ready, [&](const Status&) {
       idleAtRelease = rt->idle(0) ? 1 : 0;
     });
     Handle b = allreduce(engine, "b", u, rank);
@@ -123,9 +120,6 @@ TEST(GpuOrchestration, AFailureReleasesTensorsOnlyOnceTheDeviceStopped) {
     EXPECT_FALSE(sb.ok());
     EXPECT_EQ(idleAtRelease.load(), 1)
         << "a tensor was released while its comm stream still had work queued on it";
-    rt->synchronize(user);
-    rt->destroyEvent(ready);
-    rt->destroyStream(user);
   }, gpuConfig(rt));
 }
 
@@ -141,11 +135,8 @@ TEST(GpuOrchestration, AWedgedDeviceFailsItsOpsAndKeepsTheirTensors) {
   auto t0 = std::make_shared<DeviceFloats>(*rt, 0, 64);  // rank 0's, outlives the engine
   std::atomic<bool> released{false};
   std::promise<void> finish;
-  std::shared_future<void> finished = finish.get_future().share();
-  device::Stream user = rt->createStream(2);
-  rt->launch(user, Stage::kCopy, [finished] { finished.wait(); });  // held until the end
-  device::Event ready = rt->createEvent(2, false);
-  rt->record(ready, user);
+  UserStream user(*rt, 2);
+  user.holdUntil(finish.get_future().share());  // held until the end
   test::spawn(2, [&](int rank, Engine& engine) {
     if (rank == 1) {
       DeviceFloats t(*rt, rank, 64);
@@ -153,7 +144,7 @@ TEST(GpuOrchestration, AWedgedDeviceFailsItsOpsAndKeepsTheirTensors) {
       return;
     }
     const auto start = std::chrono::steady_clock::now();
-    Handle a = allreduce(engine, "a", *t0, rank, ready,
+    Handle a = allreduce(engine, "a", *t0, rank, user.ready,
                          [&released](const Status&) { released = true; });
     EXPECT_FALSE(settle(a).ok()) << "rank 0's op did not fail";
     // The drain limit is 2 s here; an unbounded drain never gets there.
@@ -164,12 +155,10 @@ TEST(GpuOrchestration, AWedgedDeviceFailsItsOpsAndKeepsTheirTensors) {
   // The producer ends: the wedged comm stream runs again and writes into
   // t0, which is why it had to stay alive.
   finish.set_value();
-  rt->synchronize(user);
+  rt->synchronize(user.stream);
   for (int i = 0; i < 3000 && !rt->idle(0); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(rt->idle(0));
   EXPECT_FALSE(released.load());
-  rt->destroyEvent(ready);
-  rt->destroyStream(user);
 }
 
 // Defect 6 (and a fault at each stage): a sticky device fault is named, on
@@ -264,18 +253,14 @@ INSTANTIATE_TEST_SUITE_P(Stages, FaultAtStage,
 TEST(GpuOrchestration, AReadyEventUnderGraphCaptureIsRefused) {
   auto rt = std::make_shared<HostRuntime>(2);
   test::spawn(2, [&](int rank, Engine& engine) {
-    device::Stream user = rt->createStream(rank);
-    device::Event ready = rt->createEvent(rank, false);
-    rt->beginCapture(user);
-    rt->record(ready, user);
+    UserStream user(*rt, rank);
+    rt->beginCapture(user.stream);
+    rt->record(user.ready, user.stream);
     DeviceFloats t(*rt, rank, 4);
-    const Status s = settle(allreduce(engine, "captured", t, rank, ready));
-    rt->endCapture(user);
+    const Status s = settle(allreduce(engine, "captured", t, rank, user.ready));
+    rt->endCapture(user.stream);
     ASSERT_FALSE(s.ok());
     EXPECT_TRUE(mentions(s, "captured into a CUDA graph")) << s.message;
-    rt->synchronize(user);
-    rt->destroyEvent(ready);
-    rt->destroyStream(user);
   }, gpuConfig(rt));
 }
 

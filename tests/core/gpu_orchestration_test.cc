@@ -247,12 +247,9 @@ TEST(GpuOrchestration, OneWaitOnTheLastDoneEventOrdersAConsumerAfterEveryOutput)
     const int device = rank;
     // The comm stream is held at the first operation's input until the
     // consumer is queued: every operation is enqueued, none is done.
-    device::Stream user = rt->createStream(device);
+    UserStream user(*rt, device);
     std::promise<void> release;
-    std::shared_future<void> released = release.get_future().share();
-    rt->launch(user, Stage::kCopy, [released] { (void)released.wait_for(kLimit); });
-    device::Event ready = rt->createEvent(device, false);
-    rt->record(ready, user);
+    user.holdUntil(release.get_future().share());
 
     std::vector<std::unique_ptr<DeviceFloats>> ts;
     std::vector<Handle> hs;
@@ -266,7 +263,7 @@ TEST(GpuOrchestration, OneWaitOnTheLastDoneEventOrdersAConsumerAfterEveryOutput)
       for (size_t k = 0; k < 16; ++k) ts.back()->data[k] = float((rank + 1) * (i + 1)) + float(k);
       Entry e;
       e.input = e.output = ts.back()->data;
-      e.readyEvent = i == 0 ? ready : nullptr;
+      e.readyEvent = i == 0 ? user.ready : nullptr;
       hs.push_back(engine.enqueue(
           cudaRequest("ordered." + std::to_string(i), OpType::kAllreduce, 16, device, set),
           std::move(e)));
@@ -317,9 +314,6 @@ TEST(GpuOrchestration, OneWaitOnTheLastDoneEventOrdersAConsumerAfterEveryOutput)
     // Done operations need no wait at all.
     EXPECT_TRUE(Handle::lastDoneEvents(all).empty());
     rt->destroyStream(consumer);
-    rt->synchronize(user);
-    rt->destroyEvent(ready);
-    rt->destroyStream(user);
   }, gpuConfig(rt));
 }
 

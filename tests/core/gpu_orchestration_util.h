@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,29 @@ struct DeviceFloats {
   HostRuntime& rt;
   size_t n;
   float* data;
+};
+
+// A stream of the caller's on device, where it produces inputs, and their
+// ready event; destroyed with the object, after the stream's work.
+struct UserStream {
+  UserStream(HostRuntime& rt, int device)
+      : rt(rt), stream(rt.createStream(device)), ready(rt.createEvent(device, false)) {}
+  ~UserStream() {
+    rt.synchronize(stream);
+    rt.destroyEvent(ready);
+    rt.destroyStream(stream);
+  }
+  UserStream(const UserStream&) = delete;
+  UserStream& operator=(const UserStream&) = delete;
+  // A producer that has not finished: the stream waits until held is
+  // ready (bounded), and ready is recorded behind it.
+  void holdUntil(std::shared_future<void> held) {
+    rt.launch(stream, Stage::kCopy, [held] { (void)held.wait_for(kLimit); });
+    rt.record(ready, stream);
+  }
+  HostRuntime& rt;
+  device::Stream stream;
+  device::Event ready;
 };
 
 inline Request cudaRequest(const std::string& name, OpType op, size_t n, int device, int set = 0) {

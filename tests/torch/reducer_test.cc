@@ -6,6 +6,8 @@
 #include <kolo/torch.h>
 #include <kolo/torch/reducer.h>
 
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,6 +40,13 @@ struct Mlp : torch::nn::Module {
 std::mutex& generatorLock() {
   static std::mutex m;
   return m;
+}
+
+// An Mlp with the initial weights seed gives: the same on every rank.
+std::shared_ptr<Mlp> seededMlp(uint64_t seed) {
+  std::lock_guard<std::mutex> seeded(generatorLock());
+  torch::manual_seed(seed);
+  return std::make_shared<Mlp>();
 }
 
 at::Tensor input(int rank, int step) {
@@ -188,10 +197,7 @@ TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
 TEST_F(TorchReducer, UnusedParametersAndSetToNone) {
   spawn(2, [&](int rank, kolo::Engine& engine) {
     kt::Context ctx(engine);
-    std::unique_lock<std::mutex> seeded(generatorLock());
-    torch::manual_seed(5);
-    auto net = std::make_shared<Mlp>();
-    seeded.unlock();
+    auto net = seededMlp(5);
     kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
     for (int step = 0; step < 2; ++step) {
       for (auto& p : net->parameters()) p.mutable_grad().reset();
@@ -220,10 +226,7 @@ TEST_F(TorchReducer, AFailureInAHookIsRaisedBySynchronizeNotByBackward) {
       return;
     }
     kt::Context ctx(engine);
-    std::unique_lock<std::mutex> seeded(generatorLock());
-    torch::manual_seed(7);
-    auto net = std::make_shared<Mlp>();
-    seeded.unlock();
+    auto net = seededMlp(7);
     kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), {}, ctx);
     // Until this rank's engine knows: an operation that fails with it.
     std::vector<float> v(1, 1.0f);
