@@ -31,9 +31,7 @@ namespace kolo {
 namespace {
 
 using namespace std::chrono_literals;
-using namespace gpu_test;
-using device::host::HostRuntime;
-using Stage = HostRuntime::Stage;
+using namespace gpu_test;  // HostRuntime, Stage, DeviceFloats, UserStream...
 
 // --- Defects of the first GPU run ------------------------------------------
 
