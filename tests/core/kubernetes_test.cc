@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "core/cluster_env.h"
+#include "harness/ports.h"
 #include "kolo/tcp_store.h"
 
 namespace kolo::testing {
@@ -177,19 +178,10 @@ TEST_F(PyTorchJobPods, TorchrunInEachPodWithNprocPerNodeTwo) {
   }
 }
 
-// A port nobody listens on now, above 1024 with its predecessor free too
-// (rank 0 serves on MASTER_PORT + 1).
-uint16_t freePortAfterMasterPort() {
-  for (;;) {
-    TcpStoreServer probe("127.0.0.1", 0, "probe");
-    if (probe.port() > 1025) return probe.port();
-  }
-}
-
 TEST(PyTorchJobEnvironment, OnOneMachineOverLocalhost) {
   // The operator's variables with the Master's service name replaced by
   // localhost: every rank on this machine, found through the resolver.
-  const int masterPort = freePortAfterMasterPort() - 1;
+  const int masterPort = test::freeListenPort(true) - 1;
   std::vector<Child> procs;
   for (int rank = 0; rank < 3; ++rank) {
     procs.push_back(startChild({KOLO_CLUSTER_WORKER},

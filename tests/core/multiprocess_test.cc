@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/ports.h"
 #include "kolo/tcp_store.h"
 
 namespace {
@@ -95,14 +96,8 @@ TEST(MultiProcess, TwoProcessesAllreduceOverTheTcpStore) {
   }
 }
 
-// A port nobody listens on right now (bind to 0, read it, close).
-uint16_t freePort() {
-  kolo::TcpStoreServer probe("127.0.0.1", 0, "probe");
-  return probe.port();
-}
-
 TEST(MultiProcess, TorchrunEnvironmentRankZeroHostsTheStore) {
-  const uint16_t port = freePort();
+  const uint16_t port = kolo::test::freeListenPort(true);  // MASTER_PORT is port - 1
   std::vector<Worker> workers;
   for (int r = 0; r < 2; ++r) {
     workers.push_back(startWorker(r, 2, port, "sum", "20", Launcher::kTorchrun));

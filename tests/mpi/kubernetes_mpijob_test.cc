@@ -9,13 +9,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <fstream>
-#include <random>
 
 #include "core/cluster_env.h"
-#include "kolo/error.h"
-#include "kolo/tcp_store.h"
+#include "harness/ports.h"
 
 namespace kolo::testing {
 namespace {
@@ -64,25 +61,6 @@ class MPIJobLauncher : public ::testing::Test {
   std::string dir_;
 };
 
-// A port free on every address (rank 0's store binds 0.0.0.0) and below
-// the kernel's ephemeral range (32768 up): a port the kernel picked for a
-// probe could be handed to another test's outgoing connection before rank
-// 0 binds it (CI once failed "port 34521 on 0.0.0.0 is already in use").
-uint16_t freeListenPort() {
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<uint16_t>(20000 + rng() % 12000);
-    try {
-      TcpStoreServer probe("0.0.0.0", port, "probe");
-      return port;
-    } catch (const InvalidArgument&) {
-      // in use: try another
-    }
-  }
-  ADD_FAILURE() << "no free port in 20000-31999";
-  return 20000;
-}
-
 void expectThreeRanks(const Child& c, const std::string& controller) {
   SCOPED_TRACE("mpirun output:\n" + c.output);
   EXPECT_TRUE(c.exitedZero());
@@ -117,7 +95,7 @@ TEST_F(MPIJobLauncher, GlooUnderMpirunWithRankZerosWorkerAsMasterAddr) {
   env["KOLO_CONTROLLER"] = "gloo";
   env["KOLO_CPU_OPERATIONS"] = "gloo";
   env["MASTER_ADDR"] = "localhost";
-  env["MASTER_PORT"] = std::to_string(freeListenPort() - 1);  // rank 0 serves on MASTER_PORT + 1
+  env["MASTER_PORT"] = std::to_string(test::freeListenPort(true) - 1);  // rank 0 serves on MASTER_PORT + 1
   Child c = startChild(
       mpirun({"KOLO_CONTROLLER", "KOLO_CPU_OPERATIONS", "MASTER_ADDR", "MASTER_PORT"}), env);
   finish(c, Clock::now() + std::chrono::seconds(90));

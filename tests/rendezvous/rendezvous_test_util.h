@@ -60,12 +60,6 @@ inline bool eventually(const std::function<bool()>& pred,
   return true;
 }
 
-// A port that was free a moment ago (bound by a server that is then
-// destroyed). Good enough for tests on loopback.
-inline uint16_t recentlyFreePort() {
-  TcpStoreServer probe("127.0.0.1", 0, "probe");
-  return probe.port();
-}
 
 inline std::vector<char> bytesOf(const std::string& s) {
   return std::vector<char>(s.begin(), s.end());

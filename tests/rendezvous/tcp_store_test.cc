@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 
+#include "harness/ports.h"
 #include "kolo/error.h"
 #include "kolo/tcp_store.h"
 #include "rendezvous_test_util.h"
@@ -20,7 +21,7 @@ using std::chrono::milliseconds;
 constexpr char kSecret[] = "job-secret-7f3a";
 
 TEST(TcpStore, ClientStartedBeforeServerConnectsOnceItListens) {
-  uint16_t port = recentlyFreePort();
+  uint16_t port = freeListenPort();
   TcpStoreOptions options;
   options.connectTimeout = std::chrono::seconds(10);
   auto pending = std::async(std::launch::async,
@@ -35,7 +36,7 @@ TEST(TcpStore, ClientStartedBeforeServerConnectsOnceItListens) {
 }
 
 TEST(TcpStore, UnreachableServerTimesOutWithAClearMessage) {
-  uint16_t port = recentlyFreePort();
+  uint16_t port = freeListenPort();
   TcpStoreOptions options;
   options.connectTimeout = milliseconds(300);
   Stopwatch watch;
