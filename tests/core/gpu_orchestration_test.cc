@@ -362,6 +362,10 @@ TEST(GpuOrchestration, AWaiterReturnsOnceTheDoneEventIsReachedWhileTheWatcherIsH
 // CPU-only case, where the caller runs them).
 TEST(GpuOrchestration, AfterACudaOperationOnlyTheLoopThreadRunsCycles) {
   auto rt = std::make_shared<HostRuntime>(2);
+  // No op may wait out a cycle time (a push right after a wait left the
+  // loop thread asleep once, as if the caller would run the cycle).
+  Config config = gpuConfig(rt);
+  config.cycleTime = std::chrono::seconds(60);
   test::spawn(2, [&](int rank, Engine& engine) {
     DeviceFloats t(*rt, rank, 8);
     ASSERT_TRUE(settle(allreduce(engine, "gpu", t, rank)).ok());
@@ -380,7 +384,7 @@ TEST(GpuOrchestration, AfterACudaOperationOnlyTheLoopThreadRunsCycles) {
       ASSERT_EQ(v[0], 1.0f);
       ASSERT_NE(ranOn, me) << "op " << i << " ran its cycle on the caller's thread";
     }
-  }, gpuConfig(rt));
+  }, config, std::chrono::seconds(50));
 }
 
 }  // namespace

@@ -180,11 +180,13 @@ Handle Engine::Impl::push(std::vector<PendingOp> ops) {
   Handle first(ops.front().handle);
   for (const auto& op : ops) {
     // Before the op is queued: whoever drains it then sees the flag.
-    if (op.msg.request.device == DeviceKind::kCuda) loopOnly.store(true);
+    if (op.msg.request.device == DeviceKind::kCuda) gate->loopOnly.store(true);
   }
   // Right after a caller ran the cycles, the loop thread is left asleep: the
-  // caller most likely drains this op itself (CycleGate::callersDriving).
-  queue.push(std::move(ops), !gate->callersDriving());
+  // caller most likely drains this op itself (CycleGate::quietPush),
+  // unless callers may no longer run them (this op is a CUDA one, or a
+  // join started).
+  queue.push(std::move(ops), !(gate->quietPush() && callerMayDrive()));
   return first;
 }
 

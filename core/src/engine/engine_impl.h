@@ -164,13 +164,12 @@ struct Engine::Impl : CallerCycles {
   std::thread thread;
   // Who runs the cycles (see CycleGate); shared with every handle.
   std::shared_ptr<CycleGate> gate = std::make_shared<CycleGate>();
-  // Set before a CUDA operation is queued: from then on only the loop
-  // thread runs cycles (it owns the device). Never cleared. While this rank
-  // has joined a set (the table says so before the join is queued), the
-  // loop thread runs them too: a joined rank takes part in operations it
+  // Callers may run the cycles until the first CUDA operation
+  // (CycleGate::loopOnly, set before it is queued: the loop thread owns the
+  // device), and not while this rank has joined a set (the table says so
+  // before the join is queued): a joined rank takes part in operations it
   // did not submit, CUDA ones included.
-  std::atomic<bool> loopOnly{false};
-  bool callerMayDrive() const { return !loopOnly.load() && !table.anyJoined(); }
+  bool callerMayDrive() const { return !gate->loopOnly.load() && !table.anyJoined(); }
 
   std::atomic<bool> shutdownRequested{false};
   std::atomic<bool> abortRequested{false};

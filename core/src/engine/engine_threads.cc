@@ -60,7 +60,6 @@ void Engine::Impl::cyclesOnLoop() {
   // drains it, and an op nobody drains (an async op right after
   // synchronous ones) is taken over within a cycle time. A caller wakes
   // this thread when it stops with work left.
-  constexpr auto kCallersLately = std::chrono::seconds(1);
   bool gateBusy = false;
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
@@ -71,7 +70,7 @@ void Engine::Impl::cyclesOnLoop() {
     // caller's next small one) then costs no wake-up. It never spins longer
     // after work, so an idle job sleeps.
     const auto deadline = cycleStart + cycleTime * (1 << std::min(idleCycles, 4));
-    const bool driven = gateBusy || gate->droveWithin(kCallersLately);
+    const bool driven = gateBusy || gate->droveWithin(CycleGate::kCallersLately);
     if (!driven) {
       queue.waitForWork(deadline, lastWork + spinTime);
     } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
@@ -80,6 +79,13 @@ void Engine::Impl::cyclesOnLoop() {
       if (!woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
         continue;  // nothing is due: stay out of the callers' way (and off the gate)
       }
+    }
+    // Work pushed right after a caller's drive or wait: that caller drains
+    // it in a moment, having pushed it before waiting. Taking it now would
+    // win that cycle, and every one after it (CycleGate::kDriveWindow).
+    if (gate->callersDriving() && queue.hasWork() && callerMayDrive() &&
+        !queue.waitForWake(gate->driveWindowEnd())) {
+      continue;
     }
     std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
     gateBusy = !lock.owns_lock();
@@ -103,13 +109,23 @@ void Engine::Impl::cyclesOnLoop() {
 }
 
 void Engine::Impl::driveUntilDone(HandleState& s) {
-  if (!callerMayDrive()) return;
+  if (!callerMayDrive()) {
+    // The loop thread runs the cycles, and is not left asleep on this
+    // caller's op: a push right after a caller's drive (a CPU op before
+    // this CUDA one, or before the join) did not wake it.
+    if (queue.hasWork()) queue.wake();
+    return;
+  }
+  // Set before the cycles, so that pushes meanwhile leave the loop thread
+  // asleep, and after them, for the next synchronous op's push.
+  gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
   Iteration done = Iteration::kDone;
   while (!s.stageFlag.load(std::memory_order_acquire)) {  // done, for the CPU ops driven here
     bool busy = false;
     done = iterateOnLoop(std::chrono::steady_clock::now(), busy, true);
     if (done != Iteration::kDone) break;
   }
+  gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
   // The loop ended: no cycle runs again (the loop thread exits when it looks).
   if (done == Iteration::kEnded) gate->engine = nullptr;
   // The loop thread takes over what is left: ops other threads queued (or

@@ -101,23 +101,30 @@ bool awaitDone(HandleState& s, std::unique_lock<std::mutex>& lock,
 // Runs the engine's cycles on this thread until s is done (stage one, for
 // the engine never lets a caller run CUDA work), when no thread runs them
 // now (CycleGate): a synchronous caller then costs no hand-off to the loop
-// thread and back. Returns at once otherwise (the loop thread or another
-// caller is in a cycle, or the engine said no).
+// thread and back. Returns otherwise (the loop thread or another caller
+// is in a cycle, or the engine said no).
 void driveIfIdle(HandleState& s) {
   if (!s.gate || s.stageFlag.load(std::memory_order_acquire) ||
-      tCycleGateHeld == s.gate.get()) {
+      tCycleGateHeld == s.gate.get() || s.gate->loopOnly.load(std::memory_order_relaxed)) {
     return;
   }
   std::unique_lock<std::mutex> lock(s.gate->mu, std::try_to_lock);
-  if (!lock.owns_lock() || s.gate->engine == nullptr) return;
+  // The holder may be ending its iteration: the loop thread that completed
+  // this caller's previous op (its callback woke this caller) often is.
+  // Look again for a moment before leaving the cycles to it.
+  if (!lock.owns_lock() &&
+      !detail::spinUntil(Clock::now() + CycleGate::kGateRetry, [&] {
+        return s.stageFlag.load(std::memory_order_acquire) || lock.try_lock();
+      })) {
+    return;
+  }
+  if (!lock.owns_lock() || s.gate->engine == nullptr) return;  // done meanwhile, or ended
   struct Held {  // this thread holds the gate (restored on any exit)
     const CycleGate* outer = tCycleGateHeld;  // another engine's, if any
     explicit Held(const CycleGate* g) { tCycleGateHeld = g; }
     ~Held() { tCycleGateHeld = outer; }
   } held(s.gate.get());
-  s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
   s.gate->engine->driveUntilDone(s);
-  s.gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -137,6 +144,10 @@ void Handle::wait() const {
   driveIfIdle(s);
   std::unique_lock<std::mutex> lock;
   awaitDone(s, lock);
+  // This caller's next op most likely follows at once (CycleGate).
+  if (s.gate && !s.gate->loopOnly.load(std::memory_order_relaxed)) {
+    s.gate->lastWaitNs.store(CycleGate::nowNs(), std::memory_order_relaxed);
+  }
   s.status.throwIfError();
 }
 

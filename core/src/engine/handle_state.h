@@ -1,6 +1,7 @@
 // Shared completion state behind kolo::Handle.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,7 +23,8 @@ class CallerCycles {
  public:
   virtual ~CallerCycles() = default;
   // Called with the gate's mu held (CycleGate): runs cycles until s is done,
-  // or returns early where the caller may not run them (see the engine).
+  // or returns early where the caller may not run them (see the engine);
+  // stamps CycleGate::lastDriveNs where it ran any.
   virtual void driveUntilDone(HandleState& s) = 0;
 };
 
@@ -35,16 +37,33 @@ struct CycleGate {
   std::mutex mu;
   // Guarded by mu; nullptr once the engine's loop ended for good.
   CallerCycles* engine = nullptr;
-  // When a caller last stopped running the cycles (steady clock, ns).
+  // When a caller last ran the cycles (steady clock, ns; at the start and
+  // end of its drive).
   std::atomic<int64_t> lastDriveNs{0};
+  // When a caller last returned from Handle::wait() (ns; not once the
+  // engine is loopOnly).
+  std::atomic<int64_t> lastWaitNs{0};
+  // Set at this engine's first CUDA operation, and never cleared: only
+  // the loop thread runs its cycles from then on (the engine's
+  // callerMayDrive(), which also says no while a set is joined).
+  std::atomic<bool> loopOnly{false};
 
-  // Within kDriveWindow of a caller's drive, the next operation is most
-  // likely another synchronous one (a loop of them, or a sequence): a push
-  // then leaves the loop thread asleep, since its caller will run the cycle
-  // itself, and the loop thread looks for ops nobody drained once per cycle
-  // time. Later pushes (a backward pass's, milliseconds after the last
-  // wait) wake it at once, as before.
+  // Within kDriveWindow of a caller's drive or wait, the next operation is
+  // most likely another synchronous one (a loop of them, or a sequence):
+  // the loop thread leaves the op to that caller until the window ends,
+  // since the caller runs the cycle itself, and takes it over after that.
+  // The wait counts, not only the drive: a loop thread that completed the
+  // op before its caller waited (or while it slept) would otherwise win
+  // the next op too, and every one after it. Later pushes (a backward
+  // pass's, milliseconds after the last wait) are the loop thread's.
   static constexpr std::chrono::microseconds kDriveWindow{100};
+  // For this long after a caller's drive, the loop thread sleeps until
+  // woken, looking once per cycle time (engine_threads.cc), and a push
+  // within kDriveWindow does not wake it (quietPush): its caller drains it.
+  static constexpr std::chrono::seconds kCallersLately{1};
+  // How long a waiting caller that found the gate held looks again before
+  // it sleeps (Handle::wait): the holder's iteration may be ending.
+  static constexpr std::chrono::microseconds kGateRetry{30};
   static int64_t nowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -55,7 +74,20 @@ struct CycleGate {
     const int64_t last = lastDriveNs.load(std::memory_order_relaxed);
     return last != 0 && nowNs() - last < window.count();
   }
-  bool callersDriving() const { return droveWithin(kDriveWindow); }
+  // The end of the window after the last drive or wait (ns; 0: none).
+  int64_t driveWindowEndNs() const {
+    const int64_t last = std::max(lastDriveNs.load(std::memory_order_relaxed),
+                                  lastWaitNs.load(std::memory_order_relaxed));
+    return last == 0 ? 0 : last + std::chrono::nanoseconds(kDriveWindow).count();
+  }
+  bool callersDriving() const { return nowNs() < driveWindowEndNs(); }
+  // A push now leaves the loop thread asleep (where callers may drive).
+  bool quietPush() const { return callersDriving() && droveWithin(kCallersLately); }
+  std::chrono::steady_clock::time_point driveWindowEnd() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::nanoseconds(driveWindowEndNs())));
+  }
 };
 
 // The gate whose cycles this thread runs now (nullptr: none): a completion
