@@ -5,9 +5,10 @@ import pickle
 import torch
 
 from kolo import _kolo
-from kolo.torch import ops
-from kolo.torch.ops import _rank_arg, _sid
+from kolo.torch._args import _rank_arg, _sid
+from kolo.torch.exchange_ops import allgather_async, broadcast_async_
 from kolo.torch.process_sets import global_process_set
+from kolo.torch.sync import synchronize
 
 try:  # Horovod pickles objects with cloudpickle (lambdas, local classes)
     import cloudpickle as _pickler
@@ -126,10 +127,10 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
     base = str(name) if name is not None else _kolo.next_name("allgather_object",
                                                                  _sid(process_set))
-    sizes = ops.synchronize(ops.allgather_async(
+    sizes = synchronize(allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes",
         process_set=process_set))
-    data = ops.synchronize(ops.allgather_async(payload, name=base + ".data",
+    data = synchronize(allgather_async(payload, name=base + ".data",
                                                process_set=process_set))
     out, offset = [], 0
     for n in sizes.tolist():
@@ -237,11 +238,11 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     else:
         slots = sorted(_slots(layout, []), key=lambda s: s.index)
         tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
-    handles = [ops.broadcast_async_(t, root_rank, name="%s.%d" % (base, i),
+    handles = [broadcast_async_(t, root_rank, name="%s.%d" % (base, i),
                                     process_set=process_set)
                for i, t in enumerate(tensors)]
     for h in handles:
-        ops.synchronize(h)
+        synchronize(h)
     if not is_root:
         optimizer.load_state_dict(_fill_tensors(layout, tensors))
 

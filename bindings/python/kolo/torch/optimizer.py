@@ -15,8 +15,8 @@ import torch
 
 from kolo import _kolo
 from kolo.torch.compression import Compression
-from kolo.torch.ops import (Adasum, Average, ReduceOp, Sum, _check_compression, _count,
-                           _kind, _scale, _sid)
+from kolo.torch._args import _check_compression, _count, _kind, _scale, _sid
+from kolo.torch.ops import Adasum, Average, ReduceOp, Sum
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.sparse import sparse_allreduce_async
 

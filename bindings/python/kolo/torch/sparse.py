@@ -8,7 +8,8 @@ tensor is coalesced or applied), divided by the number of ranks for Average.
 import torch
 
 from kolo import _kolo
-from kolo.torch import ops
+from kolo.torch.exchange_ops import allgather_async
+from kolo.torch.ops import Average, Sum
 from kolo.torch.process_sets import _id, global_process_set
 
 
@@ -71,17 +72,17 @@ def sparse_allreduce_async(tensor, name=None, op=None, process_set=global_proces
         KoloInvalidArgumentError: as allgather_async().
     """
     if op is None:
-        op = ops.Average
-    if op not in (ops.Average, ops.Sum):
+        op = Average
+    if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async: op must be Average or Sum, got %s" % (op,))
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise ValueError("sparse_allreduce_async needs a sparse COO tensor (tensor.is_sparse); "
                          "use allreduce_async for dense tensors")
     base = _kolo.next_name("sparse_allreduce", _id(process_set)) if name is None else str(name)
     # allgather concatenates along dim 0: indices travel as (nnz, sparse_dims).
-    indices = ops.allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
                                   name=base + ".indices", process_set=process_set)
-    values = ops.allgather_async(tensor._values().contiguous(), name=base + ".values",
+    values = allgather_async(tensor._values().contiguous(), name=base + ".values",
                                  process_set=process_set)
-    divisor = len(_kolo.process_set_ranks(_id(process_set))) if op == ops.Average else 1
+    divisor = len(_kolo.process_set_ranks(_id(process_set))) if op == Average else 1
     return SparseHandle(tensor, indices, values, divisor)

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from kolo import _kolo
-from kolo.torch.ops import _count
+from kolo.torch._args import _count
 
 
 class SyncBatchNorm(_BatchNorm):

@@ -4,7 +4,7 @@
 import torch.utils.data
 
 from kolo import _kolo
-from kolo.torch.ops import _as_int, _count, _kind
+from kolo.torch._args import _as_int, _count, _kind
 
 
 class ElasticSampler(torch.utils.data.Sampler):

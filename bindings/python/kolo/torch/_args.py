@@ -1,0 +1,139 @@
+"""Argument checks shared by kolo.torch's operations.
+
+Each check names the function and the argument that was wrong, and raises
+ValueError (as Horovod does), never a binding's TypeError.
+"""
+import operator
+import warnings
+
+import torch
+
+from kolo import _kolo
+from kolo.torch.process_sets import _id
+
+
+def _name(name):
+    return "" if name is None else str(name)
+
+
+_INT32_MAX = 2 ** 31 - 1
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _kind(value):
+    return "%s %r" % (type(value).__name__, value) if not isinstance(value, torch.Tensor) \
+        else "a tensor"
+
+
+def _tensor(tensor, fn, what="tensor"):
+    """tensor, checked to be a torch.Tensor."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError("kolo.torch.%s: %s must be a torch.Tensor, got %s"
+                         % (fn, what, _kind(tensor)))
+    return tensor
+
+
+def _tensor_list(tensors, fn):
+    """tensors as a list, checked to hold torch.Tensors only."""
+    if (isinstance(tensors, (torch.Tensor, str, bytes, dict))
+            or not hasattr(tensors, "__iter__")):
+        raise ValueError("kolo.torch.%s: tensors must be a list of torch.Tensor, got %s"
+                         % (fn, _kind(tensors) if not isinstance(tensors, torch.Tensor)
+                            else "one tensor (wrap it in a list)"))
+    out = list(tensors)
+    for i, t in enumerate(out):
+        _tensor(t, fn, "tensors[%d]" % i)
+    return out
+
+
+def _scale(value, fn, what):
+    """A scale factor as a float (ints, floats, numpy and 0-d tensors)."""
+    if not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise ValueError("kolo.torch.%s: %s must be a number, got %s" % (fn, what, _kind(value)))
+
+
+def _as_int(value):
+    """value as an int (ints, numpy ints, 0-d integer tensors), None for
+    anything else, bools included."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _rank_arg(value, fn, what="root_rank"):
+    """A rank of the job as an int (ints, numpy ints, 0-d integer tensors)."""
+    rank = _as_int(value)
+    if rank is None:
+        raise ValueError("kolo.torch.%s: %s must be an int rank, got %s"
+                         % (fn, what, _kind(value)))
+    if not 0 <= rank <= _INT32_MAX:
+        raise ValueError("kolo.torch.%s: %s=%d is not a rank (ranks are 0 .. size-1)"
+                         % (fn, what, rank))
+    return rank
+
+
+def _count(value, fn, what, minimum=1):
+    """A count (an int >= minimum: ints, numpy ints, 0-d integer tensors)."""
+    count = _as_int(value)
+    if count is None:
+        raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %s"
+                         % (fn, what, minimum, _kind(value)))
+    if not minimum <= count <= _INT32_MAX:
+        raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %d"
+                         % (fn, what, minimum, count))
+    return count
+
+
+def _sid(process_set):
+    """The engine id of process_set (ValueError for anything else)."""
+    set_id = _id(process_set)
+    if not 0 <= set_id <= _INT32_MAX:
+        raise ValueError("process_set id %d does not exist" % set_id)
+    return set_id
+
+
+def _check_compression(compression, fn):
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise ValueError("kolo.torch.%s: compression must be a kolo.torch.Compression member "
+                         "(Compression.none, fp16, bf16), got %s" % (fn, _kind(compression)))
+    return compression
+
+
+def _resolve_op(op, average):
+    """op wins; the legacy average= flag maps to Average/Sum."""
+    if op is not None and average is not None:
+        raise ValueError("pass either op= or the deprecated average=, not both")
+    if average is not None:
+        warnings.warn("average= is deprecated: use op=kolo.torch.Average or Sum",
+                      DeprecationWarning, stacklevel=3)
+        return _kolo.ReduceOp.Average if average else _kolo.ReduceOp.Sum
+    if op is None:
+        return _kolo.ReduceOp.Average
+    return _check_op(op)
+
+
+def _check_op(op):
+    if not isinstance(op, _kolo.ReduceOp):
+        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product, "
+                         "Adasum; got %r" % (op,))
+    return op
+
+
+def _set_size(process_set):
+    return len(_kolo.process_set_ranks(_id(process_set)))
+
+
+def _set_rank(process_set):
+    return _kolo.process_set_ranks(_id(process_set)).index(_kolo.rank())
+
+
+
+def _grad_name(name, suffix="grad"):
+    return None if name is None else "%s.%s" % (name, suffix)
