@@ -6,90 +6,16 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <sstream>
 
 #include "check_build.h"
 #include "config_file.h"
+#include "horovod_flags.h"
 #include "kolo/build_config.h"
 #include "usage_error.h"
 
 namespace kolo::launcher {
-namespace {
-
-constexpr const char* kFooter = R"(
-Ranks fill the hosts in order. Ranks on this machine (localhost, 127.x, its
-own name or address) are started directly; the others through ssh (or
---rsh CMD, run as: CMD HOST REMOTE-COMMAND) in the same working directory.
-Every worker gets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
-KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_HOSTNAME, KOLO_RENDEZVOUS_ADDR,
-KOLO_RENDEZVOUS_PORT and KOLO_SECRET_KEY (a fresh random secret per job,
-passed through the environment or the remote shell's standard input, never
-on a command line). Local workers keep kolorun's environment; remote workers
-get the KOLO_* variables and those named with -x.
-
-Output lines are prefixed "[RANK]<stdout>:" / "[RANK]<stderr>:".
-
-Start timeout: a worker that is still running --start-timeout seconds after
-the job started and has not reached rendezvous (kolo::init()) stops the job,
-and kolorun names it. A worker that finishes without calling kolo::init() is
-fine; a long-running program that never calls it needs --start-timeout 0.
-
-Failure: the first rank that exits non-zero or dies by a signal stops the
-others (SIGTERM to each worker's process group, --grace-seconds, SIGKILL).
-Ctrl-C or SIGTERM to kolorun stops the job the same way.
-
-Exit status: 0 when every rank exited 0; the failed rank's exit code (128+N
-for signal N); 128+N when kolorun got signal N; 124 when ranks did not reach
-rendezvous in time; 2 for bad input or a rank that could not be started.)";
-
-void checkPositive(const std::optional<double>& v, const char* flag, bool allowZero) {
-  if (v && (!std::isfinite(*v) || *v < 0 || (!allowZero && *v == 0))) {
-    throw UsageError(std::string(flag) + " must be " + (allowZero ? "zero or more" : "positive") +
-                     ", got " + formatNumber(*v));
-  }
-}
-
-void checkElastic(Options& o) {
-  if (o.mpi) {
-    throw UsageError("elastic jobs (--host-discovery-script, --min-np, --max-np) run over Gloo; "
-                     "drop --mpi");
-  }
-  if (o.hostDiscoveryScript.empty() && o.hosts.empty() && o.hostfile.empty()) {
-    throw UsageError("--min-np/--max-np need hosts: give --host-discovery-script, -H or --hostfile");
-  }
-  if (o.np == 0) o.np = o.minNp;
-  if (o.np == 0) {
-    throw UsageError("an elastic job needs -np N (the ranks to start with); --min-np and "
-                     "--max-np default to it");
-  }
-  if (o.minNp == 0) o.minNp = o.np;
-  if (o.maxNp == 0) o.maxNp = std::max(o.np, o.minNp);
-  if (o.minNp > o.np || o.np > o.maxNp) {
-    throw UsageError("elastic sizes must satisfy --min-np <= -np <= --max-np, got " +
-                     std::to_string(o.minNp) + " <= " + std::to_string(o.np) + " <= " +
-                     std::to_string(o.maxNp));
-  }
-  const auto& range = o.blacklistCooldownRange;
-  if (!range.empty() && (range.size() != 2 || !(range[0] > 0) || !(range[1] >= range[0]) ||
-                         !std::isfinite(range[1]))) {
-    throw UsageError("--blacklist-cooldown-range takes MIN MAX seconds with 0 < MIN <= MAX");
-  }
-}
-
-}  // namespace
-
-std::string formatNumber(double value) {
-  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9e15) {
-    return std::to_string(static_cast<long long>(value));
-  }
-  std::ostringstream out;
-  out.precision(15);
-  out << value;
-  return out.str();
-}
-
 namespace {
 
 // horovodrun's single-dash spellings of long flags.
@@ -104,6 +30,16 @@ const std::pair<const char*, const char*> kSingleDash[] = {
 const char* const kJoinedValueFlags[] = {"--mpi-args", "--binding-args"};
 
 }  // namespace
+
+std::string formatNumber(double value) {
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  std::ostringstream out;
+  out.precision(15);
+  out << value;
+  return out.str();
+}
 
 std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags) {
@@ -158,6 +94,32 @@ std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
 
 namespace {
 
+constexpr const char* kFooter = R"(
+Ranks fill the hosts in order. Ranks on this machine (localhost, 127.x, its
+own name or address) are started directly; the others through ssh (or
+--rsh CMD, run as: CMD HOST REMOTE-COMMAND) in the same working directory.
+Every worker gets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
+KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_HOSTNAME, KOLO_RENDEZVOUS_ADDR,
+KOLO_RENDEZVOUS_PORT and KOLO_SECRET_KEY (a fresh random secret per job,
+passed through the environment or the remote shell's standard input, never
+on a command line). Local workers keep kolorun's environment; remote workers
+get the KOLO_* variables and those named with -x.
+
+Output lines are prefixed "[RANK]<stdout>:" / "[RANK]<stderr>:".
+
+Start timeout: a worker that is still running --start-timeout seconds after
+the job started and has not reached rendezvous (kolo::init()) stops the job,
+and kolorun names it. A worker that finishes without calling kolo::init() is
+fine; a long-running program that never calls it needs --start-timeout 0.
+
+Failure: the first rank that exits non-zero or dies by a signal stops the
+others (SIGTERM to each worker's process group, --grace-seconds, SIGKILL).
+Ctrl-C or SIGTERM to kolorun stops the job the same way.
+
+Exit status: 0 when every rank exited 0; the failed rank's exit code (128+N
+for signal N); 128+N when kolorun got signal N; 124 when ranks did not reach
+rendezvous in time; 2 for bad input or a rank that could not be started.)";
+
 // A Horovod on/off pair: --NAME sets the switch, --no-NAME clears it.
 void addSwitch(CLI::App& app, const std::string& on, const std::string& off,
                std::optional<bool>& target, const std::string& help, const std::string& group,
@@ -172,168 +134,9 @@ void addSwitch(CLI::App& app, const std::string& on, const std::string& off,
   a->excludes(b);
 }
 
-// Horovod's --log-level names are upper case (and include FATAL).
-std::string koloLogLevel(const std::string& level, std::vector<std::string>& notices) {
-  std::string lower = level;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "fatal") {
-    notices.push_back(
-        "--log-level FATAL: kolo has no fatal level; it logs errors only "
-        "(KOLO_LOG_LEVEL=error)");
-    return "error";
-  }
-  return lower;
-}
+// kolorun's flags, one function per --help group, in --help's order.
 
-std::vector<std::string> splitInterfaces(const std::string& value, const char* flag) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t comma = value.find(',', start);
-    std::string name = value.substr(start, comma - start);
-    if (name.empty()) {
-      throw UsageError(std::string(flag) + " '" + value +
-                       "': expected interface names separated by commas, e.g. eth0,eth1");
-    }
-    out.push_back(name);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-double secondsFromEnv(const EnvLookup& env, const char* name, double fallback) {
-  auto v = env(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  double value = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || !std::isfinite(value) || value < 0) {
-    throw UsageError(std::string(name) + "='" + *v + "': expected seconds >= 0");
-  }
-  return value;
-}
-
-// What kolo does instead, for each Horovod flag it accepts without
-// following it (or follows differently).
-void addNotices(Options& o) {
-  auto& n = o.notices;
-  if (o.disableCache) {
-    n.push_back(
-        "--disable-cache: kolorun caches no start-up checks between runs, so there is "
-        "nothing to disable");
-  }
-  if (o.jsrun) {
-    n.push_back(
-        "--jsrun: kolo does not start jobs through jsrun; kolorun starts the ranks "
-        "itself (ssh for other hosts) with Gloo");
-  }
-  if (o.torusAllreduce) {
-    n.push_back(std::string(*o.torusAllreduce ? "--torus-allreduce" : "--no-torus-allreduce") +
-                ": kolo has no NCCL torus allreduce; its two-level allreduce is "
-                "--hierarchical-allreduce (KOLO_HIERARCHICAL_ALLREDUCE)");
-  }
-  if (o.autotuneStepsPerSample) {
-    n.push_back(
-        "--autotune-steps-per-sample: kolo's autotuner measures each sample over a time "
-        "(KOLO_AUTOTUNE_SAMPLE_TIME, seconds), not over a number of steps");
-  }
-  if (o.autotuneBayesOptMaxSamples) {
-    n.push_back(
-        "--autotune-bayes-opt-max-samples: kolo's autotuner searches small fixed grids "
-        "one parameter at a time, not by Bayesian optimisation (KOLO_AUTOTUNE_SAMPLES "
-        "sets the samples per setting)");
-  }
-  if (o.autotuneGaussianProcessNoise) {
-    n.push_back(
-        "--autotune-gaussian-process-noise: kolo's autotuner has no Gaussian process; "
-        "it scores each setting by the median of its samples");
-  }
-  if (o.mpiThreadsDisable) {
-    n.push_back(
-        std::string(*o.mpiThreadsDisable ? "--mpi-threads-disable" : "--no-mpi-threads-disable") +
-        ": kolo initialises MPI with MPI_THREAD_SERIALIZED, which its background "
-        "thread needs");
-  }
-  if (!o.mpiArgs.empty() && !o.mpi) {
-    n.push_back(
-        "--mpi-args: used only with --mpi (kolorun runs this job itself, without "
-        "mpirun); ignored");
-  }
-  if (!o.bindingArgs.empty() && !o.mpi) {
-    n.push_back(
-        "--binding-args: used only with --mpi (kolorun runs this job itself, without "
-        "mpirun and without binding ranks); ignored");
-  }
-  if (o.numNcclStreams) {
-    n.push_back(
-        "--num-nccl-streams: kolo runs GPU collectives on one communication stream per "
-        "device, shared by every process set; ignored");
-  }
-  if (o.threadAffinity) {
-    n.push_back(
-        "--thread-affinity: kolo does not pin its background thread; pin the ranks with "
-        "--mpi --binding-args or taskset/numactl instead; ignored");
-  }
-  if (o.glooTimeoutSeconds && o.timeoutSeconds) {
-    n.push_back("--gloo-timeout-seconds: --timeout-seconds (KOLO_TIMEOUT) is also given and wins");
-  }
-  if (o.mpi && o.startTimeoutGiven) {
-    n.push_back(
-        "--start-timeout: with --mpi, mpirun starts the ranks and kolorun does not time "
-        "their start");
-  }
-  if (o.noStallCheck.value_or(false) &&
-      (o.stallCheckWarningSeconds || o.stallCheckShutdownSeconds)) {
-    n.push_back(
-        "--no-stall-check: the stall check is off, so its time flags have no effect "
-        "(as in Horovod)");
-  }
-  if (o.autotune.value_or(false)) {
-    // Horovod holds explicitly set parameters constant while tuning.
-    std::string held;
-    if (o.fusionThresholdMb) held += " --fusion-threshold-mb";
-    if (o.cycleTimeMs) held += " --cycle-time-ms";
-    if (o.cacheCapacity && *o.cacheCapacity > 0) held += " --cache-capacity";
-    if (!held.empty()) {
-      n.push_back("--autotune:" + held +
-                  ": kolo's autotuner starts from the value given and may "
-                  "change it (Horovod holds it constant); --hierarchical-allreduce and "
-                  "--no-hierarchical-allreduce are held");
-    }
-  }
-  if (o.networkInterfaces.size() > 1) {
-    n.push_back("--network-interfaces: kolo's rendezvous and Gloo data plane use the first, " +
-                o.networkInterfaces.front() +
-                " (as Horovod's Gloo does); NCCL and MPI get them all");
-  }
-}
-
-void checkRange(const std::optional<double>& v, const char* flag, double min, double max,
-                const char* accepted) {
-  if (v && (!std::isfinite(*v) || *v < min || *v > max)) {
-    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + formatNumber(*v));
-  }
-}
-
-void checkRange(const std::optional<int>& v, const char* flag, const char* accepted) {
-  if (v && *v < 0) {
-    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + std::to_string(*v));
-  }
-}
-
-}  // namespace
-
-ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvLookup& env) {
-  Options o;
-  o.startTimeoutSeconds = secondsFromEnv(env, "HOROVOD_START_TIMEOUT", 30);
-  o.elasticTimeoutSeconds = secondsFromEnv(env, "HOROVOD_ELASTIC_TIMEOUT", 600);
-  CLI::App app{"kolorun: start a kolo job of N ranks on one or more hosts.\n  kolorun [OPTIONS] -np N PROGRAM [ARGS...]", "kolorun"};
-  app.prefix_command();
-  app.footer(kFooter);
-  app.get_formatter()->column_width(42);
-  app.set_version_flag("-v,--version", "kolorun (kolo) " KOLO_VERSION);  // VERSION
-
-  // Job shape.
+void addJobFlags(CLI::App& app, Options& o) {
   app.add_option("--num-proc", o.np, "-np N: number of ranks (default: all slots of -H/--hostfile)")
       ->check(CLI::PositiveNumber)->group("Job");
   app.add_option("-H,--hosts", o.hosts, "host:slots,... ranks per host (default localhost:N)")
@@ -373,8 +176,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_flag("--disable-cache", o.disableCache,
                "accepted for horovodrun's sake: kolorun caches no start-up checks")
       ->group("Job");
+}
 
-  // Elastic.
+void addElasticFlags(CLI::App& app, Options& o) {
   app.add_option("--min-np,--min-num-proc", o.minNp,
                  "elastic: fewest ranks to keep training with (default -np); below it for "
                  "--elastic-timeout the job ends")->check(CLI::PositiveNumber)->group("Elastic");
@@ -403,43 +207,44 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_option("--discovery-interval", o.discoveryIntervalSeconds,
                  "elastic: seconds between runs of --host-discovery-script (default 1)")
       ->check(CLI::PositiveNumber)->group("Elastic");
+}
 
-  // Rendezvous and processes.
-  std::vector<std::string> nicSingle, nicList;
-  app.add_option("--network-interface", nicSingle,
+void addRendezvousFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
+  app.add_option("--network-interface", h.networkInterface,
                  "interface whose IPv4 address workers use to reach kolorun's rendezvous "
                  "store; also sets KOLO_IFACE for the data plane (repeatable)")
       ->allow_extra_args(false)
       ->group("Rendezvous");
-  app.add_option("--network-interfaces", nicList,
+  app.add_option("--network-interfaces", h.networkInterfaces,
                  "NIC[,NIC...]: interfaces for the job; the first is --network-interface's, all "
                  "go to NCCL (NCCL_SOCKET_IFNAME) and with --mpi to MPI's TCP transport")
       ->allow_extra_args(false)
       ->group("Rendezvous");
   app.add_option("--port", o.port, "TCP port of the rendezvous store (default: a free port)")
       ->check(CLI::Range(1, 65535))->group("Rendezvous");
-  CLI::Option* startTimeout =
-      app.add_option("--start-timeout", o.startTimeoutSeconds,
-                     "seconds a running worker may take to reach rendezvous; 0 = no limit "
-                     "(default: HOROVOD_START_TIMEOUT, else 30)")
-          ->check(CLI::NonNegativeNumber)
-          ->group("Rendezvous");
+  app.add_option("--start-timeout", o.startTimeoutSeconds,
+                 "seconds a running worker may take to reach rendezvous; 0 = no limit "
+                 "(default: HOROVOD_START_TIMEOUT, else 30)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Rendezvous");
   app.add_option("--grace-seconds", o.graceSeconds,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
       ->check(CLI::NonNegativeNumber)->group("Rendezvous");
   app.add_option("-x,--env", o.exportEnv,
                  "NAME or NAME=VALUE: set/forward this variable to every worker (repeatable)")
       ->allow_extra_args(false)->group("Rendezvous");
+}
 
-  // Remote start.
+void addRemoteFlags(CLI::App& app, Options& o) {
   app.add_option("--rsh", o.rsh, "remote shell command instead of ssh, run as "
                  "'CMD HOST REMOTE-COMMAND' (environment arrives on its stdin)")->group("Remote");
   app.add_option("-p,--ssh-port", o.sshPort, "ssh port for remote hosts")
       ->check(CLI::Range(1, 65535))->group("Remote");
   app.add_option("-i,--ssh-identity-file", o.sshIdentity, "ssh identity (private key) file")
       ->group("Remote");
+}
 
-  // Output.
+void addOutputFlags(CLI::App& app, Options& o) {
   app.add_option("--output-filename", o.outputDir,
                  "also write each rank's output to DIR/rank.N/{stdout,stderr}")->group("Output");
   app.add_flag("--prefix-timestamp,--prefix-output-with-timestamp", o.prefixTimestamp,
@@ -447,8 +252,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
       ->group("Output");
   app.add_flag("--verbose", o.verbose, "print the rank placement and rendezvous address")
       ->group("Output");
+}
 
-  // Tuning.
+void addTuningFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
   const std::string tuning = "Tuning";
   app.add_option("--fusion-threshold-mb", o.fusionThresholdMb,
                  "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")
@@ -491,8 +297,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_option("--autotune-gaussian-process-noise", o.autotuneGaussianProcessNoise,
                  "accepted for horovodrun's sake (in [0, 1]), with a notice")
       ->group(tuning);
-  std::string logLevel;
-  app.add_option("--log-level", logLevel,
+  app.add_option("--log-level", h.logLevel,
                  "worker log level (KOLO_LOG_LEVEL): "
                  "trace|debug|info|warning|error|off or Horovod's TRACE|...|FATAL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error", "off", "TRACE", "DEBUG",
@@ -501,8 +306,7 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   addSwitch(app, "--log-with-timestamp", "--log-without-timestamp", o.logWithTimestamp,
             "worker log lines start with the time (the default; KOLO_LOG_HIDE_TIME=0)", tuning,
             "worker log lines without the time (KOLO_LOG_HIDE_TIME=1)");
-  std::optional<bool> deprecatedHide;
-  addSwitch(app, "--log-hide-timestamp", "--no-log-hide-timestamp", deprecatedHide,
+  addSwitch(app, "--log-hide-timestamp", "--no-log-hide-timestamp", h.logHideTimestamp,
             "Horovod's old name of --log-without-timestamp", tuning,
             "Horovod's old name of --log-with-timestamp");
   addSwitch(app, "--no-stall-check", "--stall-check", o.noStallCheck,
@@ -523,8 +327,9 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
                  "Horovod's bound on Gloo operations: KOLO_TIMEOUT, which bounds every wait "
                  "(--timeout-seconds wins)")
       ->group(tuning);
+}
 
-  // Library options.
+void addLibraryFlags(CLI::App& app, Options& o) {
   const std::string library = "Library";
   addSwitch(app, "--mpi-threads-disable", "--no-mpi-threads-disable", o.mpiThreadsDisable,
             "accepted for horovodrun's sake (kolo needs MPI_THREAD_SERIALIZED), with a notice",
@@ -542,7 +347,28 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
   app.add_option("--thread-affinity", o.threadAffinity,
                  "accepted for horovodrun's sake (kolo does not pin threads), with a notice")
       ->group(library);
+}
 
+// Binds every flag to `o`, or to `h` for those horovodrun spells its own
+// way; both must outlive app.parse().
+void defineFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
+  app.prefix_command();
+  app.footer(kFooter);
+  app.get_formatter()->column_width(42);
+  app.set_version_flag("-v,--version", "kolorun (kolo) " KOLO_VERSION);  // VERSION
+  addJobFlags(app, o);
+  addElasticFlags(app, o);
+  addRendezvousFlags(app, o, h);
+  addRemoteFlags(app, o);
+  addOutputFlags(app, o);
+  addTuningFlags(app, o, h);
+  addLibraryFlags(app, o);
+}
+
+// Parses argv into the flags' targets. Returns the exit code of a run that
+// is already over (--help, --version), nullopt to go on. Throws UsageError
+// for what CLI11 rejects.
+std::optional<int> readFlags(CLI::App& app, int argc, const char* const* argv) {
   std::vector<std::string> valueFlags;
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->get_expected_min() == 0) continue;  // a flag
@@ -559,60 +385,19 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
     std::printf("%s", app.help().c_str());
-    return {std::nullopt, 0};
+    return 0;
   } catch (const CLI::CallForVersion&) {
     std::printf("kolorun (kolo) %s\n", KOLO_VERSION);
-    return {std::nullopt, 0};
+    return 0;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     throw UsageError(msg + "; see kolorun --help");
   }
-  o.startTimeoutGiven = startTimeout->count() > 0;
+  return std::nullopt;
+}
 
-  // Horovod's deprecated spellings and comma lists, as horovodrun takes them.
-  if (deprecatedHide) {
-    o.notices.push_back(
-        std::string(*deprecatedHide ? "--log-hide-timestamp" : "--no-log-hide-timestamp") +
-        ": deprecated in Horovod; use " +
-        (*deprecatedHide ? "--log-without-timestamp" : "--log-with-timestamp"));
-    if (!o.logWithTimestamp) o.logWithTimestamp = !*deprecatedHide;
-  }
-  for (const auto& v : nicSingle) {
-    if (v.find(',') != std::string::npos) {
-      o.notices.push_back("--network-interface " + v +
-                          ": a list is deprecated in Horovod; use "
-                          "--network-interfaces " +
-                          v);
-    }
-    for (auto& nic : splitInterfaces(v, "--network-interface")) o.networkInterfaces.push_back(nic);
-  }
-  for (const auto& v : nicList) {
-    for (auto& nic : splitInterfaces(v, "--network-interfaces")) o.networkInterfaces.push_back(nic);
-  }
-  {
-    std::vector<std::string> unique;
-    for (auto& nic : o.networkInterfaces) {
-      if (std::find(unique.begin(), unique.end(), nic) == unique.end()) unique.push_back(nic);
-    }
-    o.networkInterfaces = std::move(unique);
-  }
-  if (!o.networkInterfaces.empty()) o.networkInterface = o.networkInterfaces.front();
-  if (!logLevel.empty()) o.logLevel = koloLogLevel(logLevel, o.notices);
-
-  // Horovod's YAML settings, for whatever the command line left unset.
-  if (!o.configFile.empty()) {
-    auto given = [&app](const std::string& flag) {
-      const CLI::Option* opt = app.get_option_no_throw(flag);
-      return opt != nullptr && opt->count() > 0;
-    };
-    applyConfigFile(o.configFile, o, given);
-  }
-
-  if (o.checkBuild) {
-    std::printf("%s", checkBuildReport(o.verbose).c_str());
-    return {std::nullopt, 0};
-  }
-
+// The program and its arguments: what follows kolorun's flags (and "--").
+void takeProgram(const CLI::App& app, Options& o) {
   o.command = app.remaining();
   if (!o.command.empty() && o.command.front() == "--") {
     o.command.erase(o.command.begin());
@@ -620,6 +405,58 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
     throw UsageError("unknown option '" + o.command.front() +
                      "'; see kolorun --help (put '--' before a program whose name starts with '-')");
   }
+}
+
+void checkPositive(const std::optional<double>& v, const char* flag, bool allowZero) {
+  if (v && (!std::isfinite(*v) || *v < 0 || (!allowZero && *v == 0))) {
+    throw UsageError(std::string(flag) + " must be " + (allowZero ? "zero or more" : "positive") +
+                     ", got " + formatNumber(*v));
+  }
+}
+
+void checkRange(const std::optional<double>& v, const char* flag, double min, double max,
+                const char* accepted) {
+  if (v && (!std::isfinite(*v) || *v < min || *v > max)) {
+    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + formatNumber(*v));
+  }
+}
+
+void checkRange(const std::optional<int>& v, const char* flag, const char* accepted) {
+  if (v && *v < 0) {
+    throw UsageError(std::string(flag) + " must be " + accepted + ", got " + std::to_string(*v));
+  }
+}
+
+void checkElastic(Options& o) {
+  if (o.mpi) {
+    throw UsageError("elastic jobs (--host-discovery-script, --min-np, --max-np) run over Gloo; "
+                     "drop --mpi");
+  }
+  if (o.hostDiscoveryScript.empty() && o.hosts.empty() && o.hostfile.empty()) {
+    throw UsageError("--min-np/--max-np need hosts: give --host-discovery-script, -H or --hostfile");
+  }
+  if (o.np == 0) o.np = o.minNp;
+  if (o.np == 0) {
+    throw UsageError("an elastic job needs -np N (the ranks to start with); --min-np and "
+                     "--max-np default to it");
+  }
+  if (o.minNp == 0) o.minNp = o.np;
+  if (o.maxNp == 0) o.maxNp = std::max(o.np, o.minNp);
+  if (o.minNp > o.np || o.np > o.maxNp) {
+    throw UsageError("elastic sizes must satisfy --min-np <= -np <= --max-np, got " +
+                     std::to_string(o.minNp) + " <= " + std::to_string(o.np) + " <= " +
+                     std::to_string(o.maxNp));
+  }
+  const auto& range = o.blacklistCooldownRange;
+  if (!range.empty() && (range.size() != 2 || !(range[0] > 0) || !(range[1] >= range[0]) ||
+                         !std::isfinite(range[1]))) {
+    throw UsageError("--blacklist-cooldown-range takes MIN MAX seconds with 0 < MIN <= MAX");
+  }
+}
+
+// The checks CLI11 does not make, in the order users meet their errors;
+// fills in the elastic sizes left to default.
+void validate(Options& o) {
   if (o.mpi && !KOLO_WITH_MPI) {
     throw UsageError("kolorun --mpi is not available in this build yet: kolo was built "
                      "without MPI; rebuild it with libopenmpi-dev installed or use --gloo "
@@ -656,7 +493,38 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvL
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
     if (!ok) throw UsageError("-x '" + e + "': expected NAME or NAME=VALUE");
   }
-  addNotices(o);
+}
+
+}  // namespace
+
+ParsedCommandLine parseCommandLine(int argc, const char* const* argv, const EnvLookup& env) {
+  Options o;
+  o.startTimeoutSeconds = secondsFromEnv(env, "HOROVOD_START_TIMEOUT", 30);
+  o.elasticTimeoutSeconds = secondsFromEnv(env, "HOROVOD_ELASTIC_TIMEOUT", 600);
+  CLI::App app{"kolorun: start a kolo job of N ranks on one or more hosts.\n  kolorun [OPTIONS] -np N PROGRAM [ARGS...]", "kolorun"};
+  HorovodSpellings spellings;
+  defineFlags(app, o, spellings);
+  if (auto exitCode = readFlags(app, argc, argv)) return {std::nullopt, *exitCode};
+  o.startTimeoutGiven = app.get_option("--start-timeout")->count() > 0;
+  applyHorovodSpellings(spellings, o);
+
+  // Horovod's YAML settings, for whatever the command line left unset.
+  if (!o.configFile.empty()) {
+    auto given = [&app](const std::string& flag) {
+      const CLI::Option* opt = app.get_option_no_throw(flag);
+      return opt != nullptr && opt->count() > 0;
+    };
+    applyConfigFile(o.configFile, o, given);
+  }
+
+  if (o.checkBuild) {
+    std::printf("%s", checkBuildReport(o.verbose).c_str());
+    return {std::nullopt, 0};
+  }
+
+  takeProgram(app, o);
+  validate(o);
+  addHorovodNotices(o);
   return {o, 0};
 }
 

@@ -2,7 +2,7 @@
 // tuning flags mapped to the KOLO_* variables workers read. kolorun takes
 // every flag of horovodrun 0.28.1: each either does what it does in Horovod
 // or is accepted with a notice (Options::notices) saying what kolo does
-// instead (docs/migrating/horovodrun-flags.md).
+// instead (horovod_flags.h; docs/migrating/horovodrun-flags.md).
 #pragma once
 
 #include <algorithm>
