@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "compat.h"
+#include "kolo/torch/optimizer.h"
 #include "kolo/torch/reducer.h"
 #include "tensor_util.h"
 
