@@ -109,13 +109,9 @@ void Engine::Impl::cyclesOnLoop() {
 }
 
 void Engine::Impl::driveUntilDone(HandleState& s) {
-  if (!callerMayDrive()) {
-    // The loop thread runs the cycles, and is not left asleep on this
-    // caller's op: a push right after a caller's drive (a CPU op before
-    // this CUDA one, or before the join) did not wake it.
-    if (queue.hasWork()) queue.wake();
-    return;
-  }
+  // A CUDA op or a join: the loop thread runs the cycles (their pushes
+  // woke it: Impl::push asks callerMayDrive() too).
+  if (!callerMayDrive()) return;
   // Set before the cycles, so that pushes meanwhile leave the loop thread
   // asleep, and after them, for the next synchronous op's push.
   gate->lastDriveNs.store(CycleGate::nowNs(), std::memory_order_relaxed);

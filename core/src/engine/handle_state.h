@@ -69,10 +69,10 @@ struct CycleGate {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  // A caller ran the cycles within the last `window`.
-  bool droveWithin(std::chrono::nanoseconds window) const {
+  // A caller ran the cycles within the last `window` before now (ns).
+  bool droveWithin(std::chrono::nanoseconds window, int64_t now = nowNs()) const {
     const int64_t last = lastDriveNs.load(std::memory_order_relaxed);
-    return last != 0 && nowNs() - last < window.count();
+    return last != 0 && now - last < window.count();
   }
   // The end of the window after the last drive or wait (ns; 0: none).
   int64_t driveWindowEndNs() const {
@@ -80,9 +80,13 @@ struct CycleGate {
                                   lastWaitNs.load(std::memory_order_relaxed));
     return last == 0 ? 0 : last + std::chrono::nanoseconds(kDriveWindow).count();
   }
-  bool callersDriving() const { return nowNs() < driveWindowEndNs(); }
+  bool callersDriving(int64_t now = nowNs()) const { return now < driveWindowEndNs(); }
   // A push now leaves the loop thread asleep (where callers may drive).
-  bool quietPush() const { return callersDriving() && droveWithin(kCallersLately); }
+  // One clock read: it is on every push.
+  bool quietPush() const {
+    const int64_t now = nowNs();
+    return callersDriving(now) && droveWithin(kCallersLately, now);
+  }
   std::chrono::steady_clock::time_point driveWindowEnd() const {
     return std::chrono::steady_clock::time_point(
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
