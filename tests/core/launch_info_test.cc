@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/env_lookup.h"
+#include "core/pytorchjob_env.h"
 #include "kolo/build_config.h"
 #include "kolo/config.h"
 #include "kolo/error.h"
@@ -96,23 +97,16 @@ TEST(LaunchInfo, UnderKolorunMpiTheLauncherServesTheStore) {
 // container for a job "pytorchjob-sample" with one Master and three Workers,
 // no nprocPerNode given (defaulted to "auto") and the default port
 // pytorchjob-port 23456: RANK is the Master's 0 and Worker i's i+1.
-std::map<std::string, std::string> pytorchJobPod(int rank) {
-  return {{"PYTHONUNBUFFERED", "1"},
-          {"MASTER_PORT", "23456"},
-          {"PET_MASTER_PORT", "23456"},
-          {"MASTER_ADDR", "pytorchjob-sample-master-0"},
-          {"PET_MASTER_ADDR", "pytorchjob-sample-master-0"},
-          {"WORLD_SIZE", "4"},
-          {"RANK", std::to_string(rank)},
-          {"PET_NODE_RANK", std::to_string(rank)},
-          {"PET_NPROC_PER_NODE", "auto"},
-          {"PET_NNODES", "4"}};
+constexpr const char* kSampleMaster = "pytorchjob-sample-master-0";
+
+std::map<std::string, std::string> samplePod(int rank) {
+  return pytorchJobPod(rank, 4, kSampleMaster, 23456);
 }
 
 TEST(LaunchInfo, KubeflowPyTorchJobPodIsOneHostOfOneRank) {
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("pod of rank " + std::to_string(rank));
-    LaunchInfo info = launchInfoFromEnv(envOf(pytorchJobPod(rank)));
+    LaunchInfo info = launchInfoFromEnv(envOf(samplePod(rank)));
     EXPECT_EQ(info.launcher, "torchrun");
     EXPECT_EQ(info.identity.rank, rank);
     EXPECT_EQ(info.identity.size, 4);
@@ -126,9 +120,9 @@ TEST(LaunchInfo, KubeflowPyTorchJobPodIsOneHostOfOneRank) {
     EXPECT_EQ(info.rendezvous.port, 23457);
     EXPECT_EQ(info.rendezvous.hostServer, rank == 0);
     EXPECT_FALSE(info.rendezvous.secret.empty());
-    EXPECT_EQ(info.rendezvous.secret, launchInfoFromEnv(envOf(pytorchJobPod(0))).rendezvous.secret);
+    EXPECT_EQ(info.rendezvous.secret, launchInfoFromEnv(envOf(samplePod(0))).rendezvous.secret);
   }
-  auto env = pytorchJobPod(2);
+  auto env = samplePod(2);
   env["KOLO_SECRET_KEY"] = "from-a-kubernetes-secret";
   EXPECT_EQ(launchInfoFromEnv(envOf(env)).rendezvous.secret, "from-a-kubernetes-secret");
   env["KOLO_RENDEZVOUS_PORT"] = "29400";
@@ -140,7 +134,7 @@ TEST(LaunchInfo, RankEnvironmentOverLoopbackIsOneHost) {
   // The same variables set by hand on one machine: every rank reaches rank
   // 0 over loopback, so all of them share this host.
   for (const char* addr : {"127.0.0.1", "localhost"}) {
-    auto env = pytorchJobPod(2);
+    auto env = samplePod(2);
     env["MASTER_ADDR"] = addr;
     LaunchInfo info = launchInfoFromEnv(envOf(env));
     EXPECT_EQ(info.identity.localRank, 2) << addr;
@@ -156,32 +150,15 @@ TEST(LaunchInfo, RankEnvironmentOverLoopbackIsOneHost) {
 // torchrun, which starts two processes per pod with its own variables
 // (torch/distributed/elastic/agent/server/local_elastic_agent.py) on top of
 // the pod's.
-std::map<std::string, std::string> torchrunInPytorchJobPod(int node, int local) {
-  auto env = pytorchJobPod(node);
-  env["WORLD_SIZE"] = "4";
-  env["PET_NNODES"] = "2";
-  env["PET_NPROC_PER_NODE"] = "2";
-  env["RANK"] = std::to_string(node * 2 + local);
-  env["LOCAL_RANK"] = std::to_string(local);
-  env["GROUP_RANK"] = std::to_string(node);
-  env["ROLE_RANK"] = std::to_string(node * 2 + local);
-  env["ROLE_NAME"] = "default";
-  env["LOCAL_WORLD_SIZE"] = "2";
-  env["GROUP_WORLD_SIZE"] = "2";
-  env["ROLE_WORLD_SIZE"] = "4";
-  env["TORCHELASTIC_RESTART_COUNT"] = "0";
-  env["TORCHELASTIC_MAX_RESTARTS"] = "0";
-  env["TORCHELASTIC_RUN_ID"] = "none";
-  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
-  env["OMP_NUM_THREADS"] = "1";
-  return env;
+std::map<std::string, std::string> torchrunInSamplePod(int node, int local) {
+  return withTorchrun(pytorchJobPod(node, 2, kSampleMaster, 23456, "2"), node, 2, local, 2);
 }
 
 TEST(LaunchInfo, TorchrunInsideAPyTorchJobPod) {
   for (int node = 0; node < 2; ++node) {
     for (int local = 0; local < 2; ++local) {
       SCOPED_TRACE("pod " + std::to_string(node) + ", local rank " + std::to_string(local));
-      LaunchInfo info = launchInfoFromEnv(envOf(torchrunInPytorchJobPod(node, local)));
+      LaunchInfo info = launchInfoFromEnv(envOf(torchrunInSamplePod(node, local)));
       EXPECT_EQ(info.identity.rank, node * 2 + local);
       EXPECT_EQ(info.identity.size, 4);
       EXPECT_EQ(info.identity.localRank, local);
@@ -197,7 +174,7 @@ TEST(LaunchInfo, TorchrunInsideAPyTorchJobPod) {
 }
 
 TEST(LaunchInfo, PyTorchJobWithSeveralProcessesPerPodButNoTorchrunIsAClearError) {
-  auto env = torchrunInPytorchJobPod(1, 0);
+  auto env = torchrunInSamplePod(1, 0);
   for (const char* name : {"LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
                            "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
                            "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
