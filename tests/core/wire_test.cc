@@ -18,12 +18,16 @@ RequestList sampleRequests() {
   m.request.shape = {4, 3};
   m.request.splits = {1, 3};
   m.request.prescale = 0.25;
+  m.request.recvSplits = {2, 2};
+  m.request.call = "all_to_all_single";
   m.group = "g";
   m.groupSize = 2;
   list.requests.push_back(m);
   m.request.name = "b";
   m.request.op = OpType::kAllreduce;
   m.request.splits.clear();
+  m.request.recvSplits.clear();
+  m.request.call.clear();
   list.requests.push_back(m);
   return list;
 }
@@ -85,6 +89,9 @@ TEST(Wire, RoundTrips) {
   EXPECT_EQ(req.requests[0].request.dtype, DataType::kBFloat16);
   EXPECT_EQ(req.requests[0].request.splits, (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(req.requests[0].request.prescale, 0.25);
+  EXPECT_EQ(req.requests[0].request.recvSplits, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(req.requests[0].request.call, "all_to_all_single");
+  EXPECT_TRUE(req.requests[1].request.call.empty());
   EXPECT_EQ(req.requests[1].groupSize, 2);
   auto resp = wire::decodeResponseList(wire::encode(sampleResponses()), 2);
   ASSERT_EQ(resp.responses.size(), 2u);
@@ -101,6 +108,12 @@ TEST(Wire, RejectsOutOfRangeValues) {
   EXPECT_THROW(wire::decodeRequestList(wire::encode(bad), 2), Internal);
   bad = sampleRequests();
   bad.requests[0].request.splits = {1, 1, 2};
+  EXPECT_THROW(wire::decodeRequestList(wire::encode(bad), 2), Internal);
+  bad = sampleRequests();
+  bad.requests[0].request.recvSplits = {4};
+  EXPECT_THROW(wire::decodeRequestList(wire::encode(bad), 2), Internal);
+  bad = sampleRequests();
+  bad.requests[0].request.recvSplits = {5, -1};
   EXPECT_THROW(wire::decodeRequestList(wire::encode(bad), 2), Internal);
   ResponseList badResp = sampleResponses();
   badResp.responses[0].rankDims = {1};

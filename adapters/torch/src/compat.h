@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <exception>
 #include <map>
@@ -281,5 +282,17 @@ inline void waitAllOnCurrentStream(
   }
 #endif
 }
+
+// This thread's current device is device while it lives (CUDA); nothing
+// for the CPU.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const at::Device& device) {
+    if (device.is_cuda()) guard_.reset_device(device);
+  }
+
+ private:
+  c10::OptionalDeviceGuard guard_;
+};
 
 }  // namespace kolo::torch::compat

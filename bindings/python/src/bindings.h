@@ -22,5 +22,7 @@ void bindElastic(py::module_& m);
 void bindReducer(py::module_& m);
 // The rendezvous store served from Python, for kolo.ray's driver (store.cc).
 void bindStore(py::module_& m);
+// ProcessGroupKolo, the torch.distributed backend "kolo" (c10d.cc).
+void bindC10d(py::module_& m);
 
 }  // namespace kolo::python

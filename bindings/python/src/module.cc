@@ -144,4 +144,5 @@ PYBIND11_MODULE(_kolo, m) {
   kolo::python::bindElastic(m);
   kolo::python::bindStore(m);
   kolo::python::bindReducer(m);
+  kolo::python::bindC10d(m);
 }

@@ -92,6 +92,10 @@ struct Config {
   /// Raise it for jobs whose ranks legitimately wait longer (e.g. in a
   /// barrier while one rank evaluates for over 10 minutes).
   std::chrono::milliseconds stallShutdownTime{std::chrono::seconds(600)};
+  /// Not from the environment: how the stall shutdown error names the
+  /// setting behind stallShutdownTime, for programs that set it from a
+  /// setting of their own (the c10d backend: the process group's timeout).
+  std::string stallShutdownSetting = "KOLO_STALL_SHUTDOWN_TIME";
   /// KOLO_TIMELINE: path of a Chrome-trace timeline file; empty = off.
   std::string timelinePath;
   /// KOLO_AUTOTUNE: tune fusion threshold and cycle time online.
@@ -147,6 +151,11 @@ struct Config {
   /// with equal strings share memory. For tests that run several "hosts" as
   /// threads of one process.
   std::function<std::string(int rank)> hostKeyOverride;
+  /// Not from the environment: the number negotiation errors and stall
+  /// reports call each rank of the engine by, indexed by its rank (the
+  /// c10d backend's two-rank engines name the ranks of the group they
+  /// serve); empty: their own ranks.
+  std::vector<int> rankNames;
   /// Set by fromEnv (null otherwise): what to report once at init.
   std::shared_ptr<ConfigNotices> notices;
   /// Not from the environment: the device runtime CUDA tensors go through;

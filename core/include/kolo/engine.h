@@ -40,6 +40,21 @@ struct Request {
   /// alltoall: number of first-dimension rows sent to each rank of the
   /// process set (size() == the set's size); empty means an even split.
   std::vector<int64_t> splits;
+  /// alltoall: rows this rank expects from each rank of the set (size() ==
+  /// the set's size); empty: whatever the others send. Negotiation compares
+  /// it with what each rank sends here and fails the operation on every
+  /// rank with a Mismatch naming both sides when they differ.
+  std::vector<int64_t> recvSplits;
+  /// What the program called to make this request, in its own words, e.g.
+  /// "all_reduce(op=SUM)" (torch.distributed); empty for kolo's own API.
+  /// When set, ranks must agree on it as they agree on op, and negotiation
+  /// errors, stall reports and the timeline describe the request by it
+  /// ("rank 1 called broadcast(src=0) on float32[4]") rather than by its
+  /// name alone. Such requests are named by their place in the program's
+  /// sequence of calls, a new name each time, so they need an engine
+  /// without a response cache (Config::cacheCapacity = 0; InvalidArgument
+  /// otherwise).
+  std::string call;
   /// The process set the operation runs in (Engine::addProcessSet); 0 is the
   /// set of all ranks. Names are per set. root is a rank of the job (not of
   /// the set) and must be a member; allgather and alltoall order their

@@ -38,6 +38,11 @@ class Store {
 
   /// True when the key exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
+
+  /// The address of this host's interface that reaches the store's server
+  /// (peers reach this rank there when KOLO_IFACE names none); empty when
+  /// the store cannot tell (in-process and file stores).
+  virtual std::string localAddress() const { return ""; }
 };
 
 /// Wraps a store so every key gets a prefix; used to separate engine
@@ -69,6 +74,9 @@ class PrefixStore : public Store {
   }
   bool check(const std::string& key) override {
     return inner_->check(prefix_ + key);
+  }
+  std::string localAddress() const override {
+    return inner_ ? inner_->localAddress() : std::string();
   }
 
   /// The wrapped store (localAddressOf() looks through prefixes with it).

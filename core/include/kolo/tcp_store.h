@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "kolo/config.h"
 #include "kolo/store.h"
 
 namespace kolo {
@@ -64,9 +65,21 @@ std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
                                     const std::string& secret,
                                     TcpStoreOptions options = {});
 
-/// The local address of the socket a TcpStore client uses to reach its
-/// server: the interface that routes to the rendezvous host. Empty for stores
-/// that are not TCP stores.
+/// The store the launcher's environment names (info.rendezvous; see
+/// launchInfoFromEnv in kolo/config.h): a TcpStore client of kolorun's
+/// store, or of the one this process serves (rank 0 under torchrun or
+/// Slurm; the server is then made and kept in server), connected within
+/// timeout; an in-process store when the environment names none (a job of
+/// size 1, or mpirun where MPI carries everything). Throws Timeout when the
+/// server never answers and InvalidArgument when this process cannot serve
+/// it (the port is taken).
+std::shared_ptr<Store> connectLaunchStore(const LaunchInfo& info, std::chrono::milliseconds timeout,
+                                          std::unique_ptr<TcpStoreServer>& server);
+
+/// store.localAddress(): for a TcpStore (or a PrefixStore over one) the
+/// local address of the socket its client uses to reach the server, the
+/// interface that routes to the rendezvous host. Empty for stores that
+/// cannot tell.
 std::string localAddressOf(const Store& store);
 
 }  // namespace kolo

@@ -61,17 +61,17 @@ std::terminate_handler previousTerminate = nullptr;
   std::abort();
 }
 
-std::shared_ptr<Store> connectStore(const LaunchInfo& info, const Config& config,
-                                    std::unique_ptr<TcpStoreServer>& server) {
+}  // namespace
+
+std::shared_ptr<Store> connectLaunchStore(const LaunchInfo& info, std::chrono::milliseconds timeout,
+                                          std::unique_ptr<TcpStoreServer>& server) {
   const Rendezvous& rv = info.rendezvous;
   if (rv.addr.empty()) return makeHashStore();
   if (rv.hostServer) server = std::make_unique<TcpStoreServer>("", rv.port, rv.secret);
   TcpStoreOptions options;
-  options.connectTimeout = config.timeout;
+  options.connectTimeout = timeout;
   return makeTcpStore(rv.addr, rv.port, rv.secret, options);
 }
-
-}  // namespace
 
 void init(std::vector<std::vector<int>> processSets) {
   auto& s = state();
@@ -97,7 +97,7 @@ void init(std::vector<std::vector<int>> processSets) {
     s.engine = s.elastic->startEngine(config, s.elasticSets);
   } else {
     std::unique_ptr<TcpStoreServer> server;
-    auto store = connectStore(info, config, server);
+    auto store = connectLaunchStore(info, config.timeout, server);
     s.engine = std::make_unique<Engine>(config, info.identity, store, std::move(processSets));
     s.server = std::move(server);
   }

@@ -51,8 +51,10 @@ bool Engine::Impl::stallRoundOnLoop(ProcessSetState& set) {
   mine.reserve(set.pending.size());
   for (const auto& [name, op] : set.pending) {
     if (op.msg.request.op == OpType::kJoin) continue;  // waiting for others is its job
+    const Request& q = op.msg.request;
     mine.push_back(
-        {name, std::chrono::duration_cast<std::chrono::milliseconds>(now - op.enqueued).count()});
+        {name, std::chrono::duration_cast<std::chrono::milliseconds>(now - op.enqueued).count(),
+         q.call.empty() ? std::string() : describeCall(q)});
   }
   ++set.stats.stallChecks;
   StallReport report = set.stall.runRound(set.controller->channel(), mine, set.joined);
@@ -114,10 +116,13 @@ void Engine::Impl::traceAdmitOnLoop(ProcessSetState& set, PendingOp& op) {
                                op.enqueued.time_since_epoch())
                                .count();
   op.traced = true;
-  // Names are per set: another set's rows carry its id.
-  op.row = timeline->rowOf(set.id == 0 ? op.msg.request.name
-                                       : op.msg.request.name + " [process set " +
-                                             std::to_string(set.id) + "]");
+  // Names are per set: another set's rows carry its id. Requests made by
+  // another API's call are named by a sequence number, a new name per call:
+  // they get a row per call kind instead ("all_reduce(op=SUM)").
+  const Request& q = op.msg.request;
+  const std::string& key = q.call.empty() ? q.name : q.call;
+  op.row = timeline->rowOf(set.id == 0 ? key
+                                       : key + " [process set " + std::to_string(set.id) + "]");
   op.span = PendingOp::Span::kNegotiate;
   timeline->begin(op.row, timeline::opSpanName(op.msg.request.op), enqueued);
   timeline->begin(op.row, timeline::kNegotiate, enqueued);

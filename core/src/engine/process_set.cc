@@ -18,6 +18,14 @@ std::string rankList(const std::vector<int>& ranks) {
 
 }  // namespace
 
+std::vector<int> messageRanks(int id, const std::vector<int>& ranks, const Config& config) {
+  if (id != 0 || config.rankNames.empty()) return ranks;
+  KOLO_CHECK_ARG(config.rankNames.size() == ranks.size(),
+                 "Config::rankNames has " + std::to_string(config.rankNames.size()) +
+                     " entries for " + std::to_string(ranks.size()) + " ranks");
+  return config.rankNames;
+}
+
 std::string processSetLabel(int id, const std::vector<int>& ranks) {
   return "process set " + std::to_string(id) + " (ranks " + rankList(ranks) + ")";
 }
@@ -129,7 +137,7 @@ ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity iden
       identity(identity_),
       label(id_ == 0 ? "" : processSetLabel(id_, ranks)),
       cache(config.cacheCapacity),
-      stall(config, identity, ranks, label),
+      stall(config, identity, messageRanks(id_, ranks, config), label),
       joined(ranks.size(), false) {}
 
 Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
@@ -184,7 +192,8 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
   try {
     set->controller = std::make_unique<Controller>(
         ctx.config, set->identity, comm::createControlPlane(controlArgs),
-        set->cache, set->stats, ctx.tunables, set->ranks, set->label);
+        set->cache, set->stats, ctx.tunables, messageRanks(id, set->ranks, ctx.config),
+        set->label);
     // Every set (set 0 included) chooses its CPU planes by where its own
     // ranks run: shared memory on one host, hierarchical across uniform
     // hosts. The GPU data plane connects at the set's first CUDA response,

@@ -23,6 +23,10 @@ namespace kolo {
 // "process set 2 (ranks 0,2)".
 std::string processSetLabel(int id, const std::vector<int>& ranks);
 
+// The numbers messages of set id call its ranks (job ranks, ascending) by:
+// Config::rankNames for set 0 when given, else ranks themselves.
+std::vector<int> messageRanks(int id, const std::vector<int>& ranks, const Config& config);
+
 // ranks sorted, or InvalidArgument naming what is wrong (empty, out of
 // [0, size), duplicated). `what` starts the message ("add_process_set").
 std::vector<int> checkedProcessSetRanks(std::vector<int> ranks, int size, const char* what);

@@ -98,6 +98,24 @@ void checkRequest(const Request& q, const Entry& e, const ProcessSetInfo& set,
            std::to_string(q.shape[0]));
     }
   }
+  if (!q.call.empty() && config.cacheCapacity > 0) {
+    // The cache matches a request by name, dtype and shape, not by call: a
+    // name reused with another call could take a stale response.
+    fail("a request with a call (" + q.call +
+         ") needs an engine without a response cache (Config::cacheCapacity = 0)");
+  }
+  if (!q.recvSplits.empty()) {
+    if (q.op != OpType::kAlltoall) fail("receive splits are for alltoall only");
+    if (q.recvSplits.size() != static_cast<size_t>(set.size())) {
+      fail("receive splits have " + std::to_string(q.recvSplits.size()) +
+           " entries; need one per rank" +
+           std::string(set.id == 0 ? "" : " of the process set") + " (" +
+           std::to_string(set.size()) + ")");
+    }
+    for (int64_t s : q.recvSplits) {
+      if (s < 0) fail("negative receive split");
+    }
+  }
 }
 
 }  // namespace kolo

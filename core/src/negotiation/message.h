@@ -66,4 +66,10 @@ struct ResponseList {
   std::vector<Response> responses;
 };
 
+// A request made through another API's call (Request::call) as messages
+// describe it: "all_reduce(op=SUM) on float32[4]", with the device and the
+// alltoall splits where they matter; the tensor alone ("float32[4]") for a
+// request without a call.
+std::string describeCall(const Request& q);
+
 }  // namespace kolo

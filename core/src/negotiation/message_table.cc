@@ -25,6 +25,13 @@ std::string describeChange(const ProcessSetChange& c) {
   return "a process set of ranks " + bracketed(c.ranks);
 }
 
+// What an error about the request under name calls it: the name when the
+// request came from another API's call (its name is then a sequence number
+// such as "process group 0 #54"), "tensor 'name'" otherwise.
+std::string subject(const std::string& name, const Request& q) {
+  return q.call.empty() ? "tensor '" + name + "'" : name;
+}
+
 // Compares every submitted request against the lowest submitting rank's and
 // describes the first disagreement ("" when all agree). ranks maps set
 // ranks to job ranks for the message.
@@ -44,10 +51,17 @@ std::string findMismatch(const std::string& name,
     if (!perRank[r]) continue;
     const Request& b = perRank[r]->request;
     auto differ = [&](const std::string& what, const std::string& va, const std::string& vb) {
+      if (!a.call.empty() || !b.call.empty()) {
+        // Calls of another API: each rank's whole call, as the program made it.
+        return name + ": ranks made different calls (they differ in " + what + "): rank " +
+               std::to_string(ranks[first]) + " called " + describeCall(a) + ", rank " +
+               std::to_string(ranks[r]) + " called " + describeCall(b);
+      }
       return "tensor '" + name + "': ranks disagree on " + what + ": rank " +
              std::to_string(ranks[first]) + " sent " + va + ", rank " + std::to_string(ranks[r]) +
              " sent " + vb;
     };
+    if (a.call != b.call) return differ("the call", a.call, b.call);
     if (a.op != b.op) return differ("the operation", toString(a.op), toString(b.op));
     if (a.op == OpType::kProcessSet) {
       const ProcessSetChange& ca = perRank[first]->setChange;
@@ -105,6 +119,17 @@ std::string findMismatch(const std::string& name,
 
 }  // namespace
 
+std::string describeCall(const Request& q) {
+  std::string s = q.call.empty() ? describe(q.dtype, q.shape)
+                                 : q.call + " on " + describe(q.dtype, q.shape);
+  if (q.device != DeviceKind::kCpu) s += std::string(" (") + toString(q.device) + ")";
+  if (q.op == OpType::kAlltoall && !q.splits.empty()) s += " sending rows " + bracketed(q.splits);
+  if (q.op == OpType::kAlltoall && !q.recvSplits.empty()) {
+    s += " receiving rows " + bracketed(q.recvSplits);
+  }
+  return s;
+}
+
 MessageTable::MessageTable(std::vector<int> ranks, std::string label)
     : size_(static_cast<int>(ranks.size())),
       ranks_(std::move(ranks)),
@@ -134,6 +159,30 @@ void MessageTable::add(int rank, const RequestMsg& msg) {
     row.firstSeen = std::chrono::steady_clock::now();
   }
   row.perRank[rank] = msg;
+}
+
+std::string MessageTable::checkReceived(const std::string& name, const Row& row,
+                                        const std::vector<int64_t>& sent) const {
+  for (int j = 0; j < size_; ++j) {
+    if (!row.perRank[j]) continue;
+    const Request& receiver = row.perRank[j]->request;
+    if (receiver.recvSplits.empty()) continue;
+    for (int i = 0; i < size_; ++i) {
+      const int64_t rows = sent[static_cast<size_t>(i) * size_ + j];
+      if (receiver.recvSplits[i] == rows) continue;
+      std::string message = subject(name, receiver) + ": rank " + std::to_string(ranks_[j]) +
+                            " expects " + std::to_string(receiver.recvSplits[i]) +
+                            " rows from rank " + std::to_string(ranks_[i]) + ", which sends " +
+                            std::to_string(rows);
+      if (row.perRank[i] && i != j) {
+        message += ": rank " + std::to_string(ranks_[j]) + " called " + describeCall(receiver) +
+                   ", rank " + std::to_string(ranks_[i]) + " called " +
+                   describeCall(row.perRank[i]->request);
+      }
+      return message;
+    }
+  }
+  return "";
 }
 
 bool MessageTable::readyRow(const Row& row) const {
@@ -169,11 +218,11 @@ Response MessageTable::buildResponse(const std::string& name, const Row& row) co
   switch (q.op) {
     case OpType::kBroadcast:
       if (q.root < 0 || q.root >= size_) {
-        return error(name, "tensor '" + name + "': broadcast root " + std::to_string(q.root) +
+        return error(name, subject(name, q) + ": broadcast root " + std::to_string(q.root) +
                                " is not a rank (size " + std::to_string(size_) + ")");
       }
       if (!row.perRank[q.root]) {
-        return error(name, "tensor '" + name + "': broadcast root rank " +
+        return error(name, subject(name, q) + ": broadcast root rank " +
                                std::to_string(ranks_[q.root]) + " has joined and has no data");
       }
       break;
@@ -198,12 +247,15 @@ Response MessageTable::buildResponse(const std::string& name, const Row& row) co
         }
         const int64_t rows = qi.shape[0];
         if (rows % size_ != 0) {
-          return error(name, "tensor '" + name + "': rank " + std::to_string(ranks_[i]) +
+          return error(name, subject(name, q) + ": rank " + std::to_string(ranks_[i]) +
                                  " sent " + std::to_string(rows) +
                                  " rows without splits, which does not divide evenly among " +
                                  std::to_string(size_) + " ranks; pass splits");
         }
         r.rankDims.insert(r.rankDims.end(), size_, rows / size_);
+      }
+      if (std::string bad = checkReceived(name, row, r.rankDims); !bad.empty()) {
+        return error(name, bad);
       }
       break;
     default:

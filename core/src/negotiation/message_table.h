@@ -46,6 +46,11 @@ class MessageTable {
   };
 
   bool readyRow(const Row& row) const;
+  // alltoall: "" when every rank that gave receive splits gets the rows it
+  // expects from each rank (sent: rows from rank i to rank j at i * size + j),
+  // else the error naming the first receiver and sender that disagree.
+  std::string checkReceived(const std::string& name, const Row& row,
+                            const std::vector<int64_t>& sent) const;
   Response buildResponse(const std::string& name, const Row& row) const;
   Response error(const std::string& name, const std::string& message) const;
 

@@ -80,18 +80,31 @@ std::string secondsText(int64_t ms) {
 
 struct Stall {
   std::string name;
+  std::string what;  // PendingAge::what of the ranks that submitted it
   std::vector<int> submitted;
   std::vector<int> missing;
   int64_t ageMs = 0;
 };
 
+// Calls of another API (PendingAge::what) are named by their sequence name
+// and described; kolo's own tensors by their name.
+bool allCalls(const std::vector<Stall>& stalls) {
+  return std::all_of(stalls.begin(), stalls.end(), [](const Stall& s) { return !s.what.empty(); });
+}
+
 std::string describe(const std::vector<Stall>& stalls) {
   std::string s;
   for (size_t i = 0; i < stalls.size() && i < kMaxListed; ++i) {
     const Stall& st = stalls[i];
-    s += (i ? "; " : "") + std::string("'") + st.name + "' missing on ranks " +
-         rankList(st.missing) + " (submitted by ranks " + rankList(st.submitted) + ", waiting " +
-         secondsText(st.ageMs) + ")";
+    if (st.what.empty()) {
+      s += (i ? "; " : "") + std::string("'") + st.name + "' missing on ranks " +
+           rankList(st.missing) + " (submitted by ranks " + rankList(st.submitted) +
+           ", waiting " + secondsText(st.ageMs) + ")";
+    } else {
+      s += (i ? "; " : "") + st.name + ": " + st.what + ", not called by ranks " +
+           rankList(st.missing) + " (called by ranks " + rankList(st.submitted) +
+           ", waiting " + secondsText(st.ageMs) + ")";
+    }
   }
   if (stalls.size() > kMaxListed) {
     s += "; and " + std::to_string(stalls.size() - kMaxListed) + " more";
@@ -108,6 +121,7 @@ StallInspector::StallInspector(const Config& config, const Identity& identity,
       rank_(identity.rank),
       ranks_(std::move(ranks)),
       label_(std::move(label)),
+      shutdownSetting_(config.stallShutdownSetting),
       lastCheck_(Clock::now()) {
   std::chrono::milliseconds shortest{0};
   for (auto t : {checkTime_, shutdownTime_}) {
@@ -146,10 +160,12 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
                                     const std::vector<bool>& joined) {
   const int size = static_cast<int>(perRank.size());
   std::map<std::string, std::vector<int64_t>> ages;  // name -> age per rank (-1: absent)
+  std::map<std::string, std::string> whats;          // name -> PendingAge::what
   for (int r = 0; r < size; ++r) {
     for (const auto& p : perRank[r]) {
       auto& v = ages.try_emplace(p.name, std::vector<int64_t>(size, -1)).first->second;
       v[r] = p.ageMs;
+      if (!p.what.empty()) whats.try_emplace(p.name, p.what);
     }
   }
   std::vector<Stall> warn, fail;
@@ -157,6 +173,7 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
   for (const auto& [name, perRankAge] : ages) {
     Stall st;
     st.name = name;
+    if (auto w = whats.find(name); w != whats.end()) st.what = w->second;
     for (int r = 0; r < size; ++r) {
       const int jobRank = ranks_.empty() ? r : ranks_.at(r);
       if (perRankAge[r] >= 0) {
@@ -180,17 +197,28 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
   const std::string prefix = label_.empty() ? "" : label_ + ": ";
   StallReport report;
   if (!warn.empty()) {
-    report.warning = prefix + "stall: " + std::to_string(warn.size()) +
-                     " tensor(s) submitted by some ranks but not by others for more than " +
-                     secondsText(checkTime_.count()) +
-                     " (KOLO_STALL_CHECK_TIME): " + describe(warn) +
-                     ". Every rank must submit the same tensors under the same names; a "
-                     "missing rank may be hung, slower, or on a different code path.";
+    if (allCalls(warn)) {
+      report.warning = prefix + "stall: " + std::to_string(warn.size()) +
+                       " call(s) made by some ranks but not by others for more than " +
+                       secondsText(checkTime_.count()) +
+                       " (KOLO_STALL_CHECK_TIME): " + describe(warn) +
+                       ". Every rank must make the same collective calls in the same order; a "
+                       "rank that has not called may be hung, slower, or on a different code "
+                       "path.";
+    } else {
+      report.warning = prefix + "stall: " + std::to_string(warn.size()) +
+                       " tensor(s) submitted by some ranks but not by others for more than " +
+                       secondsText(checkTime_.count()) +
+                       " (KOLO_STALL_CHECK_TIME): " + describe(warn) +
+                       ". Every rank must submit the same tensors under the same names; a "
+                       "missing rank may be hung, slower, or on a different code path.";
+    }
   }
   if (!fail.empty()) {
     report.shutdown = true;
-    report.shutdownMessage = prefix + "stalled for more than " + secondsText(shutdownTime_.count()) +
-                             " (KOLO_STALL_SHUTDOWN_TIME), shutting down: " + describe(fail);
+    report.shutdownMessage = prefix + "stalled for more than " +
+                             secondsText(shutdownTime_.count()) + " (" + shutdownSetting_ +
+                             "), shutting down: " + describe(fail);
   }
   return report;
 }
@@ -201,6 +229,7 @@ std::vector<char> StallInspector::encode(const std::vector<PendingAge>& pending)
   for (const auto& p : pending) {
     w.str(p.name);
     w.i64(p.ageMs);
+    w.str(p.what);
   }
   return w.take();
 }
@@ -213,6 +242,7 @@ std::vector<PendingAge> StallInspector::decodePending(const std::vector<char>& b
   for (auto& p : out) {
     p.name = r.str();
     p.ageMs = r.i64();
+    p.what = r.str();
   }
   r.done();
   return out;

@@ -31,6 +31,9 @@ namespace kolo {
 struct PendingAge {
   std::string name;
   int64_t ageMs = 0;  // since enqueue on this rank
+  // Requests made through another API's call (Request::call): the call as
+  // reports describe it (describeCall); empty otherwise.
+  std::string what;
 };
 
 struct StallReport {
@@ -72,6 +75,7 @@ class StallInspector {
   const int rank_;
   const std::vector<int> ranks_;
   const std::string label_;
+  const std::string shutdownSetting_;  // Config::stallShutdownSetting
   std::chrono::milliseconds period_{0};
   std::chrono::steady_clock::time_point lastCheck_;
   std::set<std::string> warned_;  // rank 0: stalls already reported

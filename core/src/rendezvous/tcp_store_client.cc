@@ -95,7 +95,7 @@ class TcpStore : public Store {
                 [](Reader& in) { return in.u8() != 0; });
   }
 
-  const std::string& localAddress() const { return localAddress_; }
+  std::string localAddress() const override { return localAddress_; }
 
  private:
   // Connects and authenticates once. Returns an invalid Fd with *error set
@@ -240,14 +240,6 @@ std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
   return std::make_shared<TcpStore>(host, port, secret, options);
 }
 
-std::string localAddressOf(const Store& store) {
-  const Store* current = &store;
-  while (const auto* prefixed = dynamic_cast<const PrefixStore*>(current)) {
-    if (!prefixed->inner()) return "";
-    current = prefixed->inner().get();
-  }
-  const auto* tcp = dynamic_cast<const TcpStore*>(current);
-  return tcp != nullptr ? tcp->localAddress() : "";
-}
+std::string localAddressOf(const Store& store) { return store.localAddress(); }
 
 }  // namespace kolo

@@ -76,6 +76,8 @@ std::vector<char> encode(const RequestList& list) {
     auto splits = b.CreateVector(r.splits);
     auto group = b.CreateString(m.group);
     auto setRanks = b.CreateVector(m.setChange.ranks);
+    auto recvSplits = b.CreateVector(r.recvSplits);
+    auto call = b.CreateString(r.call);
     gen::RequestBuilder rb(b);
     rb.add_name(name);
     rb.add_op(static_cast<uint8_t>(r.op));
@@ -92,6 +94,8 @@ std::vector<char> encode(const RequestList& list) {
     rb.add_group_size(m.groupSize);
     rb.add_set_ranks(setRanks);
     rb.add_set_remove(m.setChange.removeId);
+    rb.add_recv_splits(recvSplits);
+    rb.add_call(call);
     reqs.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(reqs);
@@ -179,6 +183,13 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
                           std::to_string(worldSize) + " ranks");
     }
     checkDims(q.splits, what);
+    q.recvSplits = longs(r->recv_splits());
+    if (!q.recvSplits.empty() && q.recvSplits.size() != static_cast<size_t>(worldSize)) {
+      malformed(what, "receive splits have " + std::to_string(q.recvSplits.size()) +
+                          " entries for " + std::to_string(worldSize) + " ranks");
+    }
+    checkDims(q.recvSplits, what);
+    q.call = r->call() ? r->call()->str() : "";
     m.group = r->group() ? r->group()->str() : "";
     m.groupSize = r->group_size();
     if (m.groupSize < 0) malformed(what, "negative group size");

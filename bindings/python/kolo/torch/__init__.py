@@ -89,6 +89,7 @@ from kolo.torch.process_sets import (  # noqa: F401
 from kolo.torch import process_sets as _process_sets
 from kolo.torch import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ...)
 from kolo.torch.elastic import HostsUpdatedInterrupt  # noqa: F401,E402
+from kolo.torch import distributed  # noqa: F401,E402  (registers the "kolo" c10d backend)
 
 __version__ = _kolo.build_info()["version"]
 

@@ -1,0 +1,251 @@
+/// \file
+/// kolo under torch.distributed: a c10d backend over kolo's engine, so that
+/// DDP, FSDP and any program written against c10d's process groups run on
+/// kolo (shared memory, Gloo or MPI for CPU tensors, NCCL for CUDA ones).
+///
+/// Python registers it as "kolo" (`import kolo.torch.distributed`); C++
+/// programs create it directly:
+///
+/// \code
+/// #include <kolo/torch/c10d.h>
+/// auto pg = kolo::torch::ProcessGroupKolo::createProcessGroupKolo();
+/// std::vector<at::Tensor> tensors = {grad};
+/// pg->allreduce(tensors)->wait();
+/// \endcode
+///
+/// What kolo adds over gloo and nccl: every call is negotiated, so ranks
+/// that make different calls at the same point (another op, dtype, shape,
+/// root or split sizes) get an error at that call naming both calls and the
+/// ranks on each side, and a rank that never makes a call is named by the
+/// stall inspector (KOLO_STALL_CHECK_TIME) and, at the group's timeout, in
+/// every rank's error.
+#pragma once
+
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "kolo/engine.h"
+#include "kolo/store.h"
+#include "kolo/tcp_store.h"
+
+namespace kolo::torch {
+
+/// The class c10d backends derive from: c10d::Backend in torch 2.x,
+/// c10d::ProcessGroup in torch 1.13.
+#if TORCH_VERSION_MAJOR >= 2
+using C10dBackend = ::c10d::Backend;
+#else
+using C10dBackend = ::c10d::ProcessGroup;
+#endif
+
+namespace detail {
+class PeerLinks;
+struct C10dCall;
+}  // namespace detail
+
+/// What a kolo process group needs besides its rank and size.
+struct ProcessGroupKoloOptions {
+  /// The group's timeout (init_process_group(timeout=...)): a call that some
+  /// ranks have not made for this long fails on every rank with an error
+  /// naming them. Also bounds rendezvous and a silent peer (with
+  /// KOLO_TIMEOUT, whichever is shorter).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// torch's name of the group ("0" for the default group); messages and
+  /// the timeline name the group by it.
+  std::string groupName = "0";
+  /// The global rank of each rank of the group, in group order; empty: the
+  /// group is the whole world. Messages name ranks by their group rank and
+  /// say which global ranks those are.
+  std::vector<int64_t> globalRanks;
+};
+
+/// A c10d process group (torch 2.x: a backend of one) whose every call is an
+/// operation of kolo's engine. One engine per group: it meets the other
+/// ranks through the store it is given (torch's store: env://, tcp://,
+/// file://, torchrun's), never through a second rendezvous.
+///
+/// Calls are named by the group and their place in it ("process group 0
+/// #54"): every rank must make the same calls in the same order, as c10d
+/// requires. Calls of one rank may come from several threads, but not
+/// concurrently with each other in an order that differs between ranks.
+///
+/// Point-to-point calls (send, recv) run on a second, two-rank engine per
+/// pair of ranks that talk, connected at their first exchange; messages
+/// between two ranks with one tag match in the order they were made.
+///
+/// Errors: a bad argument throws at the call (ValueError in Python); what is
+/// not supported throws NotImplementedError naming what to use instead;
+/// failures of the collective (ranks that made different calls, a peer that
+/// died, a call not made in time) surface from Work::wait() as
+/// c10::DistBackendError (torch 2.x; c10::Error in 1.13), with kolo's
+/// message.
+class ProcessGroupKolo : public C10dBackend {
+ public:
+  /// The Work of one call: wait(), isCompleted(), exception() and
+  /// getFuture() behave as gloo's. Defined in c10d.cc.
+  class WorkKolo;
+
+  /// Meets the other ranks through torch's store (the one
+  /// init_process_group or new_group passes); blocks until every rank of the
+  /// group has arrived (bounded by options.timeout and KOLO_TIMEOUT).
+  /// Reads the rest of its configuration from KOLO_* variables.
+  ProcessGroupKolo(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                   ProcessGroupKoloOptions options = {});
+  /// The same over a kolo store.
+  ProcessGroupKolo(std::shared_ptr<kolo::Store> store, int rank, int size,
+                   ProcessGroupKoloOptions options = {});
+  /// createProcessGroupKolo's: over a kolo store, with the place of this
+  /// process among the job's hosts known (identity), keeping server (the
+  /// store this process serves under torchrun; may be null) alive.
+  ProcessGroupKolo(std::shared_ptr<kolo::Store> store, const kolo::Identity& identity,
+                   ProcessGroupKoloOptions options, std::unique_ptr<kolo::TcpStoreServer> server);
+  /// Shuts the group's engines down (pending calls fail).
+  ~ProcessGroupKolo() override;
+
+  /// The group of every process of the job, from the launcher's environment
+  /// as kolo::init() reads it (kolorun, mpirun, torchrun, Slurm): the
+  /// counterpart of c10d::ProcessGroupMPI::createProcessGroupMPI(). Under
+  /// kolorun it meets the others through kolorun's store; under torchrun
+  /// (or with MASTER_ADDR/MASTER_PORT) rank 0 serves one. timeout: see
+  /// ProcessGroupKoloOptions. Throws kolo::InvalidArgument for a malformed
+  /// environment and kolo::Timeout when ranks do not arrive in time.
+  static c10::intrusive_ptr<ProcessGroupKolo> createProcessGroupKolo(
+      std::chrono::milliseconds timeout = std::chrono::minutes(30));
+
+  /// "kolo".
+  const std::string getBackendName() const override { return "kolo"; }
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const ::c10d::BroadcastOptions& opts = ::c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const ::c10d::AllreduceOptions& opts = ::c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const ::c10d::AllreduceCoalescedOptions& opts =
+          ::c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const ::c10d::ReduceOptions& opts = ::c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+      const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+#endif
+  c10::intrusive_ptr<::c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+      const ::c10d::GatherOptions& opts = ::c10d::GatherOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+      const ::c10d::ScatterOptions& opts = ::c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+      const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
+#endif
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const ::c10d::AllToAllOptions& opts = ::c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
+      const ::c10d::AllToAllOptions& opts = ::c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                        int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                        int tag) override;
+  /// Not supported: throws NotImplementedError (name the source rank).
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                                 int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(
+      const ::c10d::BarrierOptions& opts = ::c10d::BarrierOptions()) override;
+
+  /// Calls start at 0 on every rank: nothing to agree on.
+  void setSequenceNumberForGroup() override;
+  /// The number of calls this rank made in the group so far.
+  uint64_t getSequenceNumberForGroup() override;
+
+  /// Fails this rank: every rank's pending and later calls in this group fail
+  /// with an error naming this rank (as ProcessGroupMPI::abort() ends the
+  /// job). Any thread.
+#if TORCH_VERSION_MAJOR >= 2
+  void abort() override;
+#else
+  void abort();
+#endif
+  /// Shuts the group's engines down; pending calls fail. Idempotent.
+#if TORCH_VERSION_MAJOR >= 2
+  void shutdown() override;
+#else
+  void shutdown();
+#endif
+
+  /// The engine the group's collectives run on (its stats, its timeline).
+  kolo::Engine& engine() { return *engine_; }
+  /// "process group 0" or "process group 1 (global ranks 2,3)".
+  const std::string& label() const { return label_; }
+
+ private:
+  // Connects the engine; identity null: found through store.
+  void start(std::shared_ptr<kolo::Store> store, const kolo::Identity* identity);
+  // The next call's name ("process group 0 #54"); under mu_.
+  std::string nextName();
+  // A call: build fills in its operations (throwing for bad arguments),
+  // then submit() names and enqueues them. Errors become torch's; a call
+  // refused on this rank is still announced to the others (refuse()).
+  c10::intrusive_ptr<::c10d::Work> run(const std::string& call, ::c10d::OpType type,
+                                       const std::function<void(detail::C10dCall&)>& build);
+  c10::intrusive_ptr<::c10d::Work> submit(detail::C10dCall& call);
+  // Announces call, refused on this rank for why, as the group's next call:
+  // a one-byte operation whose call differs from the other ranks' (unless
+  // they refused it alike), so that they fail at it instead of waiting.
+  void refuse(const std::string& call, const std::string& why);
+  void enqueueRefusal(const std::string& name, const std::string& call, const std::string& why);
+  c10::intrusive_ptr<::c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer,
+                                                int tag, bool sending);
+
+  ProcessGroupKoloOptions options_;
+  std::unique_ptr<kolo::TcpStoreServer> server_;  // createProcessGroupKolo under torchrun
+  std::string label_;
+  kolo::Config config_;
+  std::unique_ptr<kolo::Engine> engine_;
+  std::unique_ptr<detail::PeerLinks> peers_;
+  std::mutex mu_;      // orders name assignment and submission
+  uint64_t seq_ = 0;   // calls made so far (under mu_)
+};
+
+}  // namespace kolo::torch
