@@ -48,6 +48,12 @@ int runKolorun(int argc, char** argv) {
   std::string secret = randomSecret();
   auto server = serveRendezvous(endpoint, options.port, secret);
   RendezvousInfo rendezvous{endpoint.addr, server->port(), secret};
+  // torch.distributed's env:// (init_process_group): rank 0 serves torch's
+  // store on a port free here; -x MASTER_PORT=N chooses another.
+  rendezvous.torchAddr = !plan.remote.empty() && plan.remote[0] ? plan.ranks[0].host
+                         : plan.remoteHosts.empty()           ? std::string("127.0.0.1")
+                                                              : endpoint.addr;
+  rendezvous.torchPort = freeTcpPort();
   Job job(options, std::move(plan), rendezvous, server->localStore(), std::move(inherited));
   return job.run();
 }

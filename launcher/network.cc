@@ -86,6 +86,23 @@ std::string routeSourceAddress(const std::string& host) {
   return out;
 }
 
+uint16_t freeTcpPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  const int err = errno;
+  if (fd >= 0) close(fd);
+  if (port == 0) throw UsageError(std::string("no free TCP port for MASTER_PORT: ") + strerror(err));
+  return port;
+}
+
 std::string randomSecret() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) {

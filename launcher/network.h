@@ -28,6 +28,10 @@ std::string interfaceAddress(const std::string& iface);
 // nothing). UsageError when host does not resolve or has no route.
 std::string routeSourceAddress(const std::string& host);
 
+// A TCP port free on every interface of this machine now (the kernel's
+// pick for port 0); throws UsageError when none can be bound.
+uint16_t freeTcpPort();
+
 // 32 random bytes from OpenSSL, hex-encoded.
 std::string randomSecret();
 

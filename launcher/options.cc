@@ -103,7 +103,11 @@ KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_HOSTNAME, KOLO_RENDEZVOUS_ADDR,
 KOLO_RENDEZVOUS_PORT and KOLO_SECRET_KEY (a fresh random secret per job,
 passed through the environment or the remote shell's standard input, never
 on a command line). Local workers keep kolorun's environment; remote workers
-get the KOLO_* variables and those named with -x.
+get the KOLO_* variables and those named with -x. Every worker also gets
+what torch.distributed's env:// reads, as torchrun sets it: RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR (rank 0's
+host) and MASTER_PORT (a port free on kolorun's host at start; -x
+MASTER_PORT=N picks another).
 
 Output lines are prefixed "[RANK]<stdout>:" / "[RANK]<stderr>:".
 

@@ -43,6 +43,19 @@ EnvList identityEnv(const RankPlacement& r, const RendezvousInfo& rv) {
   };
 }
 
+EnvList torchEnv(const RankPlacement& r, const RendezvousInfo& rv) {
+  if (rv.torchPort == 0) return {};
+  return {
+      {"RANK", std::to_string(r.rank)},
+      {"WORLD_SIZE", std::to_string(r.size)},
+      {"LOCAL_RANK", std::to_string(r.localRank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(r.localSize)},
+      {"GROUP_RANK", std::to_string(r.crossRank)},
+      {"MASTER_ADDR", rv.torchAddr},
+      {"MASTER_PORT", std::to_string(rv.torchPort)},
+  };
+}
+
 namespace {
 
 // -x NAME=VALUE and -x NAME (taken from `inherited`), then the tuning flags.
@@ -66,7 +79,8 @@ EnvList exportedEnv(const Options& options, const std::vector<std::string>& inhe
 
 EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
                const RankPlacement& rank, const RendezvousInfo& rendezvous) {
-  EnvList env = exportedEnv(options, inherited);
+  EnvList env = torchEnv(rank, rendezvous);
+  for (auto& kv : exportedEnv(options, inherited)) env.push_back(std::move(kv));
   for (auto& kv : identityEnv(rank, rendezvous)) env.push_back(std::move(kv));
   return dedupe(env);
 }

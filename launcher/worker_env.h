@@ -15,14 +15,24 @@ struct RendezvousInfo {
   std::string addr;
   uint16_t port = 0;
   std::string secret;
+  // Where rank 0 serves torch.distributed's store (env://): MASTER_ADDR and
+  // MASTER_PORT; no port: torch's variables are not set.
+  std::string torchAddr = {};
+  uint16_t torchPort = 0;
 };
 
 // KOLO_RANK ... KOLO_SECRET_KEY for one rank.
 EnvList identityEnv(const RankPlacement& rank, const RendezvousInfo& rendezvous);
 
-// The variables a worker must get on top of what it inherits: -x NAME=VALUE
-// and -x NAME (taken from `inherited`), the tuning flags, then the identity.
-// Later entries win.
+// What torch.distributed's env:// reads, as torchrun sets it: RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and
+// MASTER_PORT (empty without rendezvous.torchPort).
+EnvList torchEnv(const RankPlacement& rank, const RendezvousInfo& rendezvous);
+
+// The variables a worker must get on top of what it inherits: torch's
+// env:// variables, -x NAME=VALUE and -x NAME (taken from `inherited`), the
+// tuning flags, then the identity. Later entries win (so -x MASTER_PORT=N
+// replaces the port kolorun chose).
 EnvList jobEnv(const Options& options, const std::vector<std::string>& inherited,
                const RankPlacement& rank, const RendezvousInfo& rendezvous);
 

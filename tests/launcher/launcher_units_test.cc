@@ -255,6 +255,31 @@ TEST(WorkerEnv, IdentityOverridesInheritedAndExportsApply) {
   EXPECT_EQ(valueOf(remote, "PATH"), "<unset>");  // the remote host keeps its own
   EXPECT_EQ(valueOf(remote, "KOLO_USER"), "x");
   EXPECT_EQ(valueOf(remote, "KOLO_RANK"), "1");
+  EXPECT_EQ(valueOf(env, "MASTER_PORT"), "<unset>");  // no torch port chosen
+}
+
+TEST(WorkerEnv, TorchsEnvVariablesNameRankZerosStoreAndDashXWins) {
+  RankPlacement p;
+  p.rank = 3;
+  p.size = 4;
+  p.localRank = 1;
+  p.localSize = 2;
+  p.crossRank = 1;
+  p.crossSize = 2;
+  p.host = "b";
+  RendezvousInfo rv{"10.0.0.1", 4242, "s3cret", "a", 29500};
+  EnvList env = jobEnv(parse({"-np", "4", "prog"}), {}, p, rv);
+  EXPECT_EQ(valueOf(env, "RANK"), "3");
+  EXPECT_EQ(valueOf(env, "WORLD_SIZE"), "4");
+  EXPECT_EQ(valueOf(env, "LOCAL_RANK"), "1");
+  EXPECT_EQ(valueOf(env, "LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(valueOf(env, "GROUP_RANK"), "1");
+  EXPECT_EQ(valueOf(env, "MASTER_ADDR"), "a");
+  EXPECT_EQ(valueOf(env, "MASTER_PORT"), "29500");
+  EnvList chosen = jobEnv(parse({"-np", "4", "-x", "MASTER_PORT=1234", "prog"}), {}, p, rv);
+  EXPECT_EQ(valueOf(chosen, "MASTER_PORT"), "1234");
+  // kolo's own variables still say where kolo's store is.
+  EXPECT_EQ(valueOf(chosen, "KOLO_RENDEZVOUS_PORT"), "4242");
 }
 
 TEST(Remote, ShellQuotingAndRshSplitting) {

@@ -179,6 +179,27 @@ kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
   return id;
 }
 
+// Under kolorun, tells it this rank reached rendezvous (as kolo::init()
+// does), once per process: kolorun stops a job whose ranks do not arrive
+// within --start-timeout, and a torch.distributed program meets its peers
+// through torch's store, which kolorun does not watch.
+void announceArrival(std::chrono::milliseconds timeout) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    LaunchInfo info;
+    try {
+      info = launchInfoFromEnv();
+    } catch (const kolo::Error&) {
+      return;  // not kolorun's environment (init_process_group reads torch's)
+    }
+    if (info.launcher != "kolo" || info.rendezvous.addr.empty()) return;
+    TcpStoreOptions options;
+    options.connectTimeout = timeout;
+    makeTcpStore(info.rendezvous.addr, info.rendezvous.port, info.rendezvous.secret, options)
+        ->set("kolo/arrived/" + std::to_string(info.identity.rank), {'1'});
+  });
+}
+
 }  // namespace
 
 }  // namespace detail
@@ -229,6 +250,7 @@ void ProcessGroupKolo::start(std::shared_ptr<kolo::Store> store, const Identity*
   const Identity identity =
       known != nullptr ? *known
                        : detail::identityThrough(*store, getRank(), getSize(), config_.timeout);
+  detail::announceArrival(config_.timeout);
   engine_ = std::make_unique<kolo::Engine>(config_, identity, store);
   peers_ = std::make_unique<detail::PeerLinks>(config_, identity, store, label_);
 }

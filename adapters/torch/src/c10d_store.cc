@@ -6,8 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,17 +66,32 @@ class C10dStore : public kolo::Store {
   }
 
   std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    wait({key}, timeout);
     std::vector<uint8_t> bytes;
-    guarded("get", key, [&] {
-      store_->wait({key}, timeout);
-      bytes = store_->get(key);
-    });
+    guarded("get", key, [&] { bytes = store_->get(key); });
     return std::vector<char>(bytes.begin(), bytes.end());
   }
 
+  // Polls instead of blocking in the c10d store's wait: a blocked wait would
+  // hold the store (below) against this process's other threads, and two
+  // ranks' threads waiting for each other's keys would deadlock.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    guarded("wait", keys.empty() ? std::string() : keys.front(),
-            [&] { store_->wait(keys, timeout); });
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(100);
+    while (true) {
+      bool present = false;
+      guarded("wait", keys.empty() ? std::string() : keys.front(),
+              [&] { present = keys.empty() || store_->check(keys); });
+      if (present) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string names;
+        for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
+        throw kolo::Timeout("torch's c10d store: " + names + " not set within " +
+                            std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10000));
+    }
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
@@ -93,8 +112,11 @@ class C10dStore : public kolo::Store {
   // Runs op, turning the c10d store's errors into kolo's: a wait that ran
   // out is a Timeout (c10d says so in its message), anything else a
   // PeerFailure (the store's server is gone).
+  // One call at a time: torch 1.13's TCPStore client is not thread-safe,
+  // and the engines of a group use the store from several threads.
   template <typename Op>
   void guarded(const char* what, const std::string& key, Op&& op) {
+    std::lock_guard<std::mutex> lock(mu_);
     try {
       op();
     } catch (const kolo::Error&) {
@@ -110,6 +132,7 @@ class C10dStore : public kolo::Store {
     }
   }
 
+  std::mutex mu_;
   c10::intrusive_ptr<::c10d::Store> store_;
   const std::string address_;
 };
