@@ -110,9 +110,9 @@ def test_all_reduce_complex_and_non_contiguous(rank, size):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return t
     expected = fold([contribution(r, torch.float32, (4, 6))[:, ::2] for r in range(size)], "MAX")
-    # gloo reduces a strided view's underlying rows, not the view (torch
-    # 1.13 gives a wrong result here): only the expected value counts.
-    compare(strided, expected, "all_reduce of a strided view", against_gloo=TORCH2)
+    # gloo reduces a strided view's storage rather than the view: its result
+    # is wrong in torch 1.13 and 2.11 alike, so only the expected value counts.
+    compare(strided, expected, "all_reduce of a strided view", against_gloo=False)
 
 
 def test_all_reduce_premul_sum(rank, size):

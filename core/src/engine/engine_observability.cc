@@ -124,7 +124,11 @@ void Engine::Impl::traceAdmitOnLoop(ProcessSetState& set, PendingOp& op) {
   op.row = timeline->rowOf(set.id == 0 ? key
                                        : key + " [process set " + std::to_string(set.id) + "]");
   op.span = PendingOp::Span::kNegotiate;
-  timeline->begin(op.row, timeline::opSpanName(op.msg.request.op), enqueued);
+  if (q.call.empty()) {
+    timeline->begin(op.row, timeline::opSpanName(q.op), enqueued);
+  } else {
+    timeline->beginNamed(op.row, timeline::opSpanName(q.op), enqueued, q.name);
+  }
   timeline->begin(op.row, timeline::kNegotiate, enqueued);
   // Admitted ops are announced (cache bit or request) in this cycle.
   timeline->instant(op.row, timeline::kReady, timeline::Timeline::now());

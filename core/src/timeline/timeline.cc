@@ -101,6 +101,16 @@ void Timeline::complete(int row, const char* name, int64_t ts, int64_t dur) {
   writer_.push(std::move(e));
 }
 
+void Timeline::beginNamed(int row, const char* name, int64_t ts, const std::string& label) {
+  TraceEvent e;
+  e.name = name;
+  e.ts = ts;
+  e.tid = row;
+  e.phase = 'B';
+  e.label = label;
+  writer_.push(std::move(e));
+}
+
 void Timeline::push(int row, char phase, const char* name, int64_t ts, int64_t bytes) {
   TraceEvent e;
   e.name = name;

@@ -62,6 +62,9 @@ class Timeline {
   void begin(int row, const char* name, int64_t ts, int64_t bytes = -1) {
     push(row, 'B', name, ts, bytes);
   }
+  // begin() with "args": {"name": label} (a row of several operations, such
+  // as the c10d calls of one kind: each span names its call).
+  void beginNamed(int row, const char* name, int64_t ts, const std::string& label);
   void end(int row, const char* name, int64_t ts) { push(row, 'E', name, ts, -1); }
   void instant(int row, const char* name, int64_t ts) { push(row, 'i', name, ts, -1); }
   // A span whose end is known already (GPU phases, written once they ran).

@@ -107,8 +107,14 @@ void TraceWriter::write(const TraceEvent& e) {
                e.phase, static_cast<long long>(e.ts), pid_, e.tid);
   if (e.phase == 'i') std::fputs(",\"s\":\"t\"", file_);
   if (e.phase == 'X') std::fprintf(file_, ",\"dur\":%lld", static_cast<long long>(e.dur));
-  if (e.bytes >= 0)
+  if (e.bytes >= 0 && !e.label.empty()) {
+    std::fprintf(file_, ",\"args\":{\"bytes\":%lld,\"name\":\"%s\"}",
+                 static_cast<long long>(e.bytes), jsonEscape(e.label).c_str());
+  } else if (e.bytes >= 0) {
     std::fprintf(file_, ",\"args\":{\"bytes\":%lld}", static_cast<long long>(e.bytes));
+  } else if (!e.label.empty()) {
+    std::fprintf(file_, ",\"args\":{\"name\":\"%s\"}", jsonEscape(e.label).c_str());
+  }
   std::fprintf(file_, "}%s", end);
 }
 

@@ -28,7 +28,7 @@ struct TraceEvent {
   char phase = 'i';    // 'B', 'E', 'X' (complete: ts .. ts+dur), 'i' (instant), 'M' (metadata)
   int64_t bytes = -1;  // "args": {"bytes": n} when >= 0
   int64_t dur = 0;     // 'X' events
-  std::string label;   // 'M' events: the row or process name
+  std::string label;   // 'M' events: the row or process name; others: "args": {"name": ...}
 };
 
 class TraceWriter {

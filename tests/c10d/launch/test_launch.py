@@ -1,0 +1,142 @@
+"""The "kolo" backend under each way torch.distributed programs are started:
+torchrun, mp.spawn, tcp:// and file:// init, Slurm's environment, kolorun
+(env://, set by kolorun); "cpu:kolo,cuda:gloo", device meshes, the timeline,
+and a peer that dies. Each test starts its processes itself, bounded in time.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "worker.py")
+KOLORUN = os.environ["KOLO_TEST_KOLORUN"]
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, env=None, timeout=120):
+    full = dict(os.environ)
+    full.update(env or {})
+    p = subprocess.run(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout, text=True)
+    return p.returncode, p.stdout
+
+
+def ranks(env_per_rank, args, timeout=120):
+    """One process per rank with its own variables; (exit codes, outputs)."""
+    procs = []
+    for env in env_per_rank:
+        full = dict(os.environ)
+        full.update(env)
+        procs.append(subprocess.Popen([sys.executable, WORKER] + args, env=full, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in procs], outs
+
+
+def assert_ok(output, size):
+    for r in range(size):
+        assert "ok %d %d %g" % (r, size, size * (size + 1) / 2) in output, output
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_kolorun_sets_what_env_needs(size):
+    code, out = run([KOLORUN, "-np", str(size), sys.executable, WORKER, "env"])
+    assert code == 0, out
+    assert_ok(out, size)
+
+
+@pytest.mark.parametrize("method", ["tcp", "file"])
+def test_tcp_and_file_init(method, tmp_path):
+    url = ("tcp://127.0.0.1:%d" % free_port() if method == "tcp"
+           else "file://" + str(tmp_path / "rendezvous"))
+    procs = []
+    for r in range(2):
+        procs.append(subprocess.Popen([sys.executable, WORKER, url, str(r), "2"], text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    out = "".join(p.communicate(timeout=120)[0] for p in procs)
+    assert all(p.returncode == 0 for p in procs), out
+    assert_ok(out, 2)
+
+
+def test_mp_spawn():
+    code, out = run([sys.executable, WORKER, "spawn", "tcp://127.0.0.1:%d" % free_port()])
+    assert code == 0, out
+    assert_ok(out, 2)
+
+
+def test_slurm_environment():
+    port = str(free_port())
+    env = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
+            "SLURM_NODEID": "0", "SLURM_JOB_ID": "7", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port} for r in range(2)]
+    codes, outs = ranks(env, ["slurm"])
+    assert codes == [0, 0], outs
+    assert_ok("".join(outs), 2)
+
+
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's torchrun fails on Python 3.11 before "
+                                       "starting a worker; the torch 2.x stage runs this")
+def test_torchrun():
+    code, out = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                     "--master-port", str(free_port()), WORKER, "env"])
+    assert code == 0, out
+    assert_ok(out, 2)
+
+
+@pytest.mark.skipif(not TORCH2, reason="per-device backends (\"cpu:kolo,...\") are torch 2.x")
+def test_kolo_for_cpu_tensors_beside_another_backend():
+    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "mixed"])
+    assert code == 0, out
+    assert "backend cpu:kolo,cuda:gloo" in out, out
+    assert_ok(out, 2)
+
+
+@pytest.mark.skipif(not TORCH2, reason="device meshes are torch 2.x")
+def test_device_mesh_on_kolo():
+    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "mesh"])
+    assert code == 0, out
+    assert_ok(out, 2)
+
+
+def test_timeline_names_calls_by_kind(tmp_path):
+    path = str(tmp_path / "timeline.json")
+    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "timeline"],
+                    env={"KOLO_TIMELINE": path})
+    assert code == 0, out
+    with open(path) as f:
+        events = json.load(f)
+    rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "all_reduce(op=SUM)" in rows and "broadcast(src=0)" in rows, rows
+    # Each call's span names it by the group and its place in the sequence.
+    calls = [e["args"]["name"] for e in events
+             if e.get("ph") == "B" and e.get("name") in ("ALLREDUCE", "BROADCAST")]
+    assert calls == ["process group 0 #%d" % n for n in range(4)], calls
+
+
+def test_a_dead_peer_is_named_within_seconds():
+    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "dead-peer"],
+                    env={"KOLO_TIMEOUT": "60"}, timeout=120)
+    assert code == 0, out
+    line = [l for l in out.splitlines() if "failed after" in l]
+    assert line, out
+    seconds = float(line[0].split("failed after ")[1].split(" s")[0])
+    assert seconds < 30, line[0]
+    assert "rank 1" in line[0], line[0]
