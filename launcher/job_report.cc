@@ -104,7 +104,8 @@ int Job::finish() {
       line = groupByHost(missing_, plan_.ranks) + " did not reach rendezvous within " +
              formatNumber(options_.startTimeoutSeconds) + " s; stopped the job (" +
              plural(stoppedOthers_, "rank") +
-             " running; programs that never call kolo::init() need --start-timeout 0)";
+             " running; programs that never call kolo::init() nor create a \"kolo\" process group "
+             "need --start-timeout 0)";
       code = kStartTimeoutExitCode;
       break;
     }

@@ -112,8 +112,9 @@ MASTER_PORT=N picks another).
 Output lines are prefixed "[RANK]<stdout>:" / "[RANK]<stderr>:".
 
 Start timeout: a worker that is still running --start-timeout seconds after
-the job started and has not reached rendezvous (kolo::init()) stops the job,
-and kolorun names it. A worker that finishes without calling kolo::init() is
+the job started and has not reached rendezvous (kolo::init(), or its first
+torch.distributed group on the "kolo" backend) stops the job, and kolorun
+names it. A worker that finishes without calling kolo::init() is
 fine; a long-running program that never calls it needs --start-timeout 0.
 
 Failure: the first rank that exits non-zero or dies by a signal stops the

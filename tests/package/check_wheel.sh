@@ -9,8 +9,8 @@
 #   1. PYTHON -m pip wheel --no-build-isolation: scikit-build-core builds
 #      kolo through its CMake against that venv's torch;
 #   2. a second venv from the same base interpreter, with hard links to the
-#      first one's packages (the same torch, without copying 4 GB), gets the
-#      wheel with pip;
+#      first one's packages (the same torch, without copying 4 GB) but not
+#      kolo's dependencies, gets the wheel with pip, which installs them;
 #   3. its own `kolorun` (the script pip put on its PATH) runs
 #      tests/package/smoke.py on 2 ranks with a clean environment;
 #   4. every shared object in the installed package exports kolo's API
@@ -57,11 +57,15 @@ site2=$("$scratch/v2/bin/python" -c 'import sysconfig; print(sysconfig.get_paths
 for entry in "$site1"/* "$site1"/.[!.]*; do
   [ -e "$entry" ] || continue
   case "$(basename "$entry")" in
-    kolo|kolo-*.dist-info|__pycache__) continue ;;
+    # kolo's own dependencies are left out: pip must bring them.
+    kolo|kolo-*.dist-info|__pycache__|cloudpickle|cloudpickle-*.dist-info) continue ;;
   esac
   cp -al "$entry" "$site2/"
 done
-"$scratch/v2/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel"
+# (pip itself is among the linked packages.)
+"$scratch/v2/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"
+"$scratch/v2/bin/python" -c 'import cloudpickle' ||
+  { echo "pip did not install kolo's dependency cloudpickle" >&2; exit 1; }
 [ -x "$scratch/v2/bin/kolorun" ] || { echo "pip put no kolorun in $scratch/v2/bin" >&2; exit 1; }
 
 echo "== v2/bin/kolorun -np 2 v2/bin/python tests/package/smoke.py (clean environment)"

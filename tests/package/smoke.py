@@ -7,7 +7,9 @@ Checks that kolo is imported from where it was installed (KOLO_EXPECT_DIR,
 when set), a sum allreduce, then a few steps of the Fashion-MNIST example's
 CNN on real data with DistributedOptimizer after broadcast_parameters: the
 parameters must stay bitwise identical on every rank and the loss must go
-down. Prints "smoke ok" on each rank."""
+down; then an all_reduce on torch.distributed's "kolo" backend, and that
+kolo.run's cloudpickle came with the package. Prints "smoke ok" on each
+rank."""
 import os
 import sys
 
@@ -53,6 +55,19 @@ flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = hvd.allgather(flat.unsqueeze(0), name="smoke.params")
 assert all(torch.equal(gathered[0], gathered[r]) for r in range(size)), "parameters differ"
 assert sum(losses[-3:]) < sum(losses[:3]), "loss did not go down: %s" % losses
+# The c10d backend of the installed package: torch.distributed on "kolo",
+# through the env:// variables kolorun sets.
+import torch.distributed as dist  # noqa: E402
+
+dist.init_process_group("kolo")
+t = torch.full((2,), float(rank + 1))
+dist.all_reduce(t)
+assert t.tolist() == [float(sum(range(1, size + 1)))] * 2, t
+dist.destroy_process_group()
+# kolo.run's pickler, a dependency of the package (pip installed it).
+import cloudpickle  # noqa: E402,F401
+import kolo.runner._job  # noqa: E402,F401
+
 print("rank %d of %d: smoke ok (torch %s, kolo from %s, loss %.3f -> %.3f)"
       % (rank, size, torch.__version__, os.path.dirname(hvd.__file__), losses[0], losses[-1]))
 hvd.shutdown()

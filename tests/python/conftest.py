@@ -58,3 +58,8 @@ def same_on_all_ranks(tensor, name):
 
 
 KOLORUN = os.environ.get("KOLO_TEST_KOLORUN", "")
+
+# What kolorun sets for torch.distributed's env:// (as torchrun does); a
+# child process that must start outside the job drops these too.
+TORCH_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                          "MASTER_ADDR", "MASTER_PORT")

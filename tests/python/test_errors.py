@@ -10,7 +10,7 @@ import torch
 
 import kolo
 import kolo.torch as hvd
-from conftest import KOLORUN
+from conftest import KOLORUN, TORCH_LAUNCH_VARIABLES
 
 
 def engine_still_works(name):
@@ -142,7 +142,9 @@ def test_python_argument_errors():
 
 
 def _child_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOLO_", "OMPI_", "PMI_"))}
+    # Outside any job: neither kolorun's nor torch's (env://) variables.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KOLO_", "OMPI_", "PMI_")) and k not in TORCH_LAUNCH_VARIABLES}
     env["KOLO_TIMEOUT"] = "20"
     return env
 

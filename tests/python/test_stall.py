@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 import kolo.torch as hvd
-from conftest import KOLORUN
+from conftest import KOLORUN, TORCH_LAUNCH_VARIABLES
 
 SCRIPT = textwrap.dedent("""
     import sys, torch
@@ -49,7 +49,9 @@ SCRIPT = textwrap.dedent("""
 
 
 def _child_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KOLO_", "OMPI_", "PMI_"))}
+    # Outside any job: neither kolorun's nor torch's (env://) variables.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KOLO_", "OMPI_", "PMI_")) and k not in TORCH_LAUNCH_VARIABLES}
     env.update(KOLO_TIMEOUT="20", KOLO_STALL_CHECK_TIME="1", KOLO_STALL_SHUTDOWN_TIME="2")
     env.update(extra)
     return env

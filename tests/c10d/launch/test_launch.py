@@ -140,3 +140,21 @@ def test_a_dead_peer_is_named_within_seconds():
     seconds = float(line[0].split("failed after ")[1].split(" s")[0])
     assert seconds < 30, line[0]
     assert "rank 1" in line[0], line[0]
+
+
+def test_the_ddp_example_runs_unchanged_but_for_the_backend_string():
+    """examples/python/ddp_fashion_mnist.py on gloo and on kolo: the same
+    loss, accuracy and parameters."""
+    example = os.path.join(HERE, "..", "..", "..", "examples", "python", "ddp_fashion_mnist.py")
+    results = {}
+    for backend in ("gloo", "kolo"):
+        code, out = run([KOLORUN, "-np", "2", sys.executable, example, "--backend", backend,
+                         "--limit", "600"], timeout=300)
+        assert code == 0, out
+        line = [l for l in out.splitlines() if "parameter checksum" in l]
+        assert line, out
+        fields = line[0].split("epoch 1: ")[1]
+        results[backend] = (fields.split(", ")[0], fields.split(", ")[1],
+                            float(fields.split("parameter checksum ")[1]))
+    assert results["gloo"][:2] == results["kolo"][:2], results
+    assert abs(results["gloo"][2] - results["kolo"][2]) < 1e-3, results

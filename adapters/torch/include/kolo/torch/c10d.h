@@ -132,65 +132,89 @@ class ProcessGroupKolo : public C10dBackend {
   /// "kolo".
   const std::string getBackendName() const override { return "kolo"; }
 
+  /// dist.broadcast: root's tensor on every rank, in place.
   c10::intrusive_ptr<::c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const ::c10d::BroadcastOptions& opts = ::c10d::BroadcastOptions()) override;
+  /// dist.all_reduce, in place: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND, BOR,
+  /// BXOR of integer or bool tensors (an allgather folded locally).
   c10::intrusive_ptr<::c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const ::c10d::AllreduceOptions& opts = ::c10d::AllreduceOptions()) override;
+  /// dist.all_reduce_coalesced: the tensors reduced as one negotiated unit.
   c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const ::c10d::AllreduceCoalescedOptions& opts =
           ::c10d::AllreduceCoalescedOptions()) override;
+  /// dist.reduce: the result on opts.rootRank; the other ranks' tensors stay as they were.
   c10::intrusive_ptr<::c10d::Work> reduce(
       std::vector<at::Tensor>& tensors,
       const ::c10d::ReduceOptions& opts = ::c10d::ReduceOptions()) override;
+  /// dist.all_gather: every rank's tensor into outputTensors[0][rank].
   c10::intrusive_ptr<::c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
       const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+  /// dist.all_gather_into_tensor: every rank's input, in rank order, into outputBuffer.
   c10::intrusive_ptr<::c10d::Work> _allgather_base(
       at::Tensor& outputBuffer, at::Tensor& inputBuffer,
       const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
+  /// dist.all_gather_coalesced: all_gather of several tensors, negotiated as one unit.
   c10::intrusive_ptr<::c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputTensorLists,
       std::vector<at::Tensor>& inputTensors,
       const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
 #if TORCH_VERSION_MAJOR >= 2
+  /// all_gather_into_tensor of several tensors, negotiated as one unit (torch 2.x's
+  /// _coalescing_manager; FSDP2).
   c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
 #endif
+  /// dist.gather: every rank's tensor into the root's outputTensors[0].
   c10::intrusive_ptr<::c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
       const ::c10d::GatherOptions& opts = ::c10d::GatherOptions()) override;
+  /// dist.scatter: the root's inputTensors[0][rank] into each rank's output.
   c10::intrusive_ptr<::c10d::Work> scatter(
       std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
       const ::c10d::ScatterOptions& opts = ::c10d::ScatterOptions()) override;
+  /// dist.reduce_scatter: the reduction of every rank's inputTensors[0][rank] into rank's
+  /// output.
   c10::intrusive_ptr<::c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
       const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
+  /// dist.reduce_scatter_tensor: block rank of the reduction of inputBuffer into
+  /// outputBuffer.
   c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(
       at::Tensor& outputBuffer, at::Tensor& inputBuffer,
       const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
 #if TORCH_VERSION_MAJOR >= 2
+  /// reduce_scatter_tensor of several tensors, negotiated as one unit (torch 2.x).
   c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const ::c10d::ReduceScatterOptions& opts = ::c10d::ReduceScatterOptions()) override;
 #endif
+  /// dist.all_to_all_single: rows of inputBuffer to each rank (inputSplitSizes; empty: an
+  /// even split), rows from each into outputBuffer (outputSplitSizes); ranks whose
+  /// sizes do not pair up fail before anything moves.
   c10::intrusive_ptr<::c10d::Work> alltoall_base(
       at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
       std::vector<int64_t>& inputSplitSizes,
       const ::c10d::AllToAllOptions& opts = ::c10d::AllToAllOptions()) override;
+  /// dist.all_to_all: inputTensors[r] to rank r, outputTensors[r] from rank r.
   c10::intrusive_ptr<::c10d::Work> alltoall(
       std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
       const ::c10d::AllToAllOptions& opts = ::c10d::AllToAllOptions()) override;
+  /// dist.send / isend to dstRank: completes when dstRank received it.
   c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                         int tag) override;
+  /// dist.recv / irecv from srcRank.
   c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                         int tag) override;
   /// Not supported: throws NotImplementedError (name the source rank).
   c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                  int tag) override;
+  /// dist.barrier: completes when every rank of the group called it.
   c10::intrusive_ptr<::c10d::Work> barrier(
       const ::c10d::BarrierOptions& opts = ::c10d::BarrierOptions()) override;
 
