@@ -7,6 +7,8 @@ PyTorch DDP and with Horovod: the same loop, model, batch and threads.
     kolorun -np 2 /usr/bin/python3 bench_train.py --model cnn --mode kolo
     # PyTorch DistributedDataParallel over gloo
     /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 bench_train.py --model cnn --mode ddp
+    # the same DDP over kolo's torch.distributed backend ("kolo"; kolorun sets env://)
+    kolorun -np 2 /usr/bin/python3 bench_train.py --model cnn --mode ddp-kolo
     # horovod.torch from build/peers/venv (install-horovod.sh)
     horovodrun -np 2 --gloo python bench_train.py --model cnn --mode horovod
     mpirun -np 2 --bind-to none python bench_train.py --model cnn --mode horovod
@@ -98,10 +100,12 @@ class Comm:
                 self.backend = "mpi" if hvd.mpi_enabled() else "gloo"
             self.hvd = hvd
             self.rank, self.size = hvd.rank(), hvd.size()
-        elif self.mode == "ddp":
+        elif self.mode in ("ddp", "ddp-kolo"):
             import torch.distributed as dist
-            dist.init_process_group("gloo")
-            self.backend = "gloo"
+            if self.mode == "ddp-kolo":
+                import kolo.torch  # noqa: F401  (registers the "kolo" backend)
+            self.backend = "kolo" if self.mode == "ddp-kolo" else "gloo"
+            dist.init_process_group(self.backend)
             self.rank, self.size = dist.get_rank(), dist.get_world_size()
         else:
             raise ValueError(self.mode)
@@ -112,7 +116,7 @@ class Comm:
             self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             optimizer = self.hvd.DistributedOptimizer(
                 optimizer, named_parameters=model.named_parameters())
-        elif self.mode == "ddp":
+        elif self.mode in ("ddp", "ddp-kolo"):
             model = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
         return model, optimizer
 
@@ -121,7 +125,7 @@ class Comm:
         if self.mode in ("kolo", "horovod"):
             return self.hvd.allgather(torch.tensor([value], dtype=torch.float64),
                                       name="bench.gather").tolist()
-        if self.mode == "ddp":
+        if self.mode in ("ddp", "ddp-kolo"):
             import torch.distributed as dist
             out = [torch.zeros(1, dtype=torch.float64) for _ in range(self.size)]
             dist.all_gather(out, torch.tensor([value], dtype=torch.float64))
@@ -131,7 +135,7 @@ class Comm:
     def shutdown(self):
         if self.hvd is not None:
             self.hvd.shutdown()
-        elif self.mode == "ddp":
+        elif self.mode in ("ddp", "ddp-kolo"):
             # Debian's torch 1.13 on Python 3.11 can deadlock in ProcessGroupGloo's
             # destructor at interpreter exit (the destructor holds the GIL while a
             # gloo worker thread waits for it to free a tensor); skip the teardown.
@@ -149,7 +153,8 @@ def percentile(sorted_values, q):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
-    parser.add_argument("--mode", choices=["nocomm", "kolo", "ddp", "horovod"], default="nocomm")
+    parser.add_argument("--mode", choices=["nocomm", "kolo", "ddp", "ddp-kolo", "horovod"],
+                        default="nocomm")
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--steps", type=int, default=60, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")

@@ -5,7 +5,7 @@
 #
 #   benchmarks/train/run.sh [--rounds N] [--cnn-steps N] [--mlp-steps N] [--warmup N]
 #                           [--models "cnn mlp"] [--cnn-batch B] [--mlp-batch B] [--threads T]
-#                           [--modes "nocomm kolo ddp horovod-gloo horovod-mpi"]
+#                           [--modes "nocomm kolo ddp ddp-kolo horovod-gloo horovod-mpi"]
 #                           [--no-cpp] [--no-python] [--no-install] [--csv FILE]
 #                           [--run-timeout S] [--no-build] [--blas openblas|system]
 #
@@ -22,7 +22,7 @@ sys_python=/usr/bin/python3
 rounds=5 cnn_steps=200 mlp_steps=100 warmup=10 threads=1 np=2 run_timeout=900
 models="cnn mlp"
 cnn_batch=64 mlp_batch=128 blas=openblas
-modes="nocomm kolo ddp horovod-gloo horovod-mpi"
+modes="nocomm kolo ddp ddp-kolo horovod-gloo horovod-mpi"
 cpp=1 python_suite=1 install=1 do_build=1
 csv=$root/benchmarks/results/train.csv
 
@@ -146,6 +146,8 @@ run_py() {
     ddp) "${t[@]}" $sys_python -m torch.distributed.run --nproc_per_node $np --redirects 1 --tee 1 \
            --log_dir "$logs/torchrun.$model.r$round" \
            "$here/bench_train.py" --mode ddp "${args[@]}" ;;
+    ddp-kolo) "${t[@]}" "$kolorun" -np $np $sys_python "$here/bench_train.py" --mode ddp-kolo \
+           "${args[@]}" ;;
     horovod-gloo) "${t[@]}" "$peers/venv/bin/horovodrun" -np $np --gloo \
            "$hvd_python" "$here/bench_train.py" --mode horovod "${args[@]}" ;;
     horovod-mpi) "${t[@]}" mpirun --allow-run-as-root --bind-to none --tag-output -np $np \
@@ -246,7 +248,7 @@ print("%-4s %-13s %6s %10s %10s %-17s %10s %12s" % ("model", "mode", "batch", "p
 for model in sorted({k[1] for k in rows if k[0] == "python"}, key=["cnn", "mlp"].index):
     base = ("python", model, "nocomm")
     ddp_ovh = paired_overhead(("python", model, "ddp"), base)
-    for mode in ["nocomm", "kolo", "ddp", "horovod-gloo", "horovod-mpi"]:
+    for mode in ["nocomm", "kolo", "ddp", "ddp-kolo", "horovod-gloo", "horovod-mpi"]:
         key = ("python", model, mode)
         if key not in rows:
             continue

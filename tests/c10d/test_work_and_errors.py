@@ -177,6 +177,15 @@ def test_a_call_one_rank_never_makes_is_named_then_fails_everywhere(rank, size, 
     assert t.item() == size
 
 
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13 has no uint16 or float8 tensors")
+def test_a_dtype_kolo_does_not_move_is_a_value_error_naming_the_supported_ones(rank, size):
+    for dtype in (torch.uint16, torch.float8_e4m3fn):
+        with pytest.raises(ValueError, match="is not supported \\(supported: float32"):
+            dist.all_reduce(torch.zeros(2, dtype=dtype), group=KOLO)
+        with pytest.raises(ValueError, match="is not supported"):
+            dist.broadcast(torch.zeros(2, dtype=dtype), src=0, group=KOLO)
+
+
 @pytest.mark.skipif(not TORCH2, reason="torch 1.13 has no DistBackendError")
 def test_failures_surface_as_torchs_distributed_error(rank, size):
     with pytest.raises(dist.DistBackendError, match="ranks made different calls"):

@@ -1,8 +1,6 @@
 // ProcessGroupKolo: construction, naming and submission of calls, and the
 // helpers of c10d_call.h. The calls themselves are in c10d_collectives.cc
 // (collectives) and c10d_peers.cc (send and recv).
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -148,20 +146,14 @@ kolo::Config groupConfig(const ProcessGroupKoloOptions& o) {
   return config;
 }
 
-std::string thisHost() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-// rank and size, with the local and cross ranks from every rank's host
-// name, exchanged through store.
+// rank and size, with the local and cross ranks from every rank's host key
+// (kolo::hostKey()), exchanged through store.
 kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
                                std::chrono::milliseconds timeout) {
   kolo::Identity id;
   id.rank = rank;
   id.size = size;
-  const std::string mine = thisHost();
+  const std::string mine = kolo::hostKey();
   store.set("kolo/c10d/host/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) {

@@ -182,6 +182,13 @@ struct Identity {
   int crossSize = 1;  ///< Number of hosts.
 };
 
+/// What identifies this process's host, as kolo counts hosts: equal for
+/// processes that share one kernel, /dev/shm and network and PID namespaces
+/// (shared memory works between them; network namespaces count as hosts of
+/// their own). Programs that learn the job's layout themselves (the c10d
+/// backend) compare these to fill Identity's local and cross ranks.
+std::string hostKey();
+
 /// How this process reaches the job's rendezvous store.
 struct Rendezvous {
   std::string addr;        ///< empty: no store needed (size 1)

@@ -58,7 +58,7 @@ def assert_ok(output, size):
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_kolorun_sets_what_env_needs(size):
-    code, out = run([KOLORUN, "-np", str(size), sys.executable, WORKER, "env"])
+    code, out = run([KOLORUN, "--start-timeout", "120", "-np", str(size), sys.executable, WORKER, "env"])
     assert code == 0, out
     assert_ok(out, size)
 
@@ -103,7 +103,7 @@ def test_torchrun():
 
 @pytest.mark.skipif(not TORCH2, reason="per-device backends (\"cpu:kolo,...\") are torch 2.x")
 def test_kolo_for_cpu_tensors_beside_another_backend():
-    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "mixed"])
+    code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "mixed"])
     assert code == 0, out
     assert "backend cpu:kolo,cuda:gloo" in out, out
     assert_ok(out, 2)
@@ -111,14 +111,14 @@ def test_kolo_for_cpu_tensors_beside_another_backend():
 
 @pytest.mark.skipif(not TORCH2, reason="device meshes are torch 2.x")
 def test_device_mesh_on_kolo():
-    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "mesh"])
+    code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "mesh"])
     assert code == 0, out
     assert_ok(out, 2)
 
 
 def test_timeline_names_calls_by_kind(tmp_path):
     path = str(tmp_path / "timeline.json")
-    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "timeline"],
+    code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "timeline"],
                     env={"KOLO_TIMELINE": path})
     assert code == 0, out
     with open(path) as f:
@@ -132,7 +132,7 @@ def test_timeline_names_calls_by_kind(tmp_path):
 
 
 def test_a_dead_peer_is_named_within_seconds():
-    code, out = run([KOLORUN, "-np", "2", sys.executable, WORKER, "dead-peer"],
+    code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "dead-peer"],
                     env={"KOLO_TIMEOUT": "60"}, timeout=120)
     assert code == 0, out
     line = [l for l in out.splitlines() if "failed after" in l]
@@ -148,7 +148,7 @@ def test_the_ddp_example_runs_unchanged_but_for_the_backend_string():
     example = os.path.join(HERE, "..", "..", "..", "examples", "python", "ddp_fashion_mnist.py")
     results = {}
     for backend in ("gloo", "kolo"):
-        code, out = run([KOLORUN, "-np", "2", sys.executable, example, "--backend", backend,
+        code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, example, "--backend", backend,
                          "--limit", "600"], timeout=300)
         assert code == 0, out
         line = [l for l in out.splitlines() if "parameter checksum" in l]

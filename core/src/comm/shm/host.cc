@@ -107,3 +107,9 @@ HostLayout exchangeLayout(const BackendArgs& args) {
 }
 
 }  // namespace kolo::comm::shm
+
+namespace kolo {
+
+std::string hostKey() { return comm::shm::hostKey(); }
+
+}  // namespace kolo
