@@ -1,6 +1,7 @@
 """Step time of one training step at size 1 on one GPU, side by side in one
-run: plain PyTorch, kolo.torch's DistributedOptimizer (NCCL) and PyTorch
-DDP (NCCL, world size 1), in fp32 and with bf16 autocast. The three
+run: plain PyTorch, kolo.torch's DistributedOptimizer (NCCL), PyTorch DDP
+(NCCL, world size 1) and the same DDP on torch.distributed's "kolo" backend
+(goal: within 1% of DDP on nccl), in fp32 and with bf16 autocast. The
 variants train copies of one model and are timed in interleaved rounds
 (each round times every variant once), so drift of the machine hits all
 three alike; the median round is reported.
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "py
 from pytorch_synthetic_benchmark import resnet  # noqa: E402
 
 PLAIN, KOLO, DDP = "plain PyTorch", "kolo DistributedOptimizer", "PyTorch DDP"
+DDP_KOLO = "PyTorch DDP on kolo"
 GOAL_PERCENT = 3.0
 # CUDA runtime (cudaX) and driver (cuX) API calls as torch.profiler names them.
 API_CALL = re.compile(r"^cu(da)?[A-Z]\w*$")
@@ -111,6 +113,10 @@ def report(times, args, precision, device_name):
     if DDP in med:
         line += ", DDP %.2f ms (%+.1f%%)" % (med[DDP], 100.0 * (med[DDP] / ref - 1))
     line += " (goal kolo <= %g%%: %s)" % (GOAL_PERCENT, "MET" if kolo_over <= GOAL_PERCENT else "NOT MET")
+    if DDP in med and DDP_KOLO in med:
+        vs_nccl = 100.0 * (med[DDP_KOLO] / med[DDP] - 1)
+        line += "; DDP on kolo %.2f ms, %+.1f%% against DDP on nccl (goal within 1%%: %s)" % (
+            med[DDP_KOLO], vs_nccl, "MET" if vs_nccl <= 1.0 else "NOT MET")
     if args.model != "resnet50":
         line = line.replace("ResNet-50", args.model)
     return line
@@ -161,6 +167,10 @@ def main():
                                 rank=0, world_size=1)
         dmodel = DDP_(copy.deepcopy(base), device_ids=[dev.index])
         variants[DDP] = (dmodel, torch.optim.SGD(dmodel.parameters(), lr=0.01))
+        # The same DDP over torch.distributed's "kolo" backend.
+        kolo_group = dist.new_group(backend="kolo")
+        kdmodel = DDP_(copy.deepcopy(base), device_ids=[dev.index], process_group=kolo_group)
+        variants[DDP_KOLO] = (kdmodel, torch.optim.SGD(kdmodel.parameters(), lr=0.01))
 
     device_name = torch.cuda.get_device_name(dev)
     summaries = []

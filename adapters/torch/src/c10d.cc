@@ -65,6 +65,42 @@ void C10dCall::then(std::function<void()> step) {
   };
 }
 
+void C10dCall::thenCopyRows(const at::Tensor& rows, std::vector<at::Tensor> outs) {
+  then([rows, outs]() mutable {
+    at::NoGradGuard noGrad;
+    for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_(rows[r].view(outs[r].sizes()));
+  });
+}
+
+at::Tensor realView(const at::Tensor& t) { return t.is_complex() ? at::view_as_real(t) : t; }
+
+const char* reduceOpName(const ::c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case ::c10d::ReduceOp::SUM: return "SUM";
+    case ::c10d::ReduceOp::AVG: return "AVG";
+    case ::c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case ::c10d::ReduceOp::MIN: return "MIN";
+    case ::c10d::ReduceOp::MAX: return "MAX";
+    case ::c10d::ReduceOp::BAND: return "BAND";
+    case ::c10d::ReduceOp::BOR: return "BOR";
+    case ::c10d::ReduceOp::BXOR: return "BXOR";
+    case ::c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNKNOWN";
+  }
+}
+
+double premulFactor(const ::c10d::ReduceOp& op, const std::string& what) {
+  const auto* s = dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  KOLO_CHECK_ARG(s != nullptr, what + ": PREMUL_SUM without its factor (make it with "
+                                      "torch.distributed._make_nccl_premul_sum)");
+#if KOLO_TORCH_VERSION_AT_LEAST(2, 0)
+  if (s->tensor_factor.defined()) return s->tensor_factor.item<double>();
+#else
+  if (!s->tensor_factors.empty()) return s->tensor_factors[0].item<double>();
+#endif
+  return s->double_factor;
+}
+
 at::Tensor inPlace(C10dCall& call, const at::Tensor& target) {
   if (target.is_contiguous()) return target;
   at::Tensor work = target.contiguous();

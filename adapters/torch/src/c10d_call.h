@@ -37,7 +37,21 @@ struct C10dCall {
   void land(const at::Tensor& target);
   // Appends a step to finish.
   void then(std::function<void()> step);
+  // Appends a step that copies row r of rows (a [outs.size(), ...] tensor
+  // the operations fill) into outs[r].
+  void thenCopyRows(const at::Tensor& rows, std::vector<at::Tensor> outs);
 };
+
+// The tensor the engine moves: complex tensors as their real view (a last
+// dimension of 2), others as they are.
+at::Tensor realView(const at::Tensor& t);
+
+// "SUM", "AVG", ... as torch names the op; "UNKNOWN" for others.
+const char* reduceOpName(const ::c10d::ReduceOp& op);
+
+// PREMUL_SUM's factor (a number, or a one-element tensor's value);
+// InvalidArgument naming what when op carries none.
+double premulFactor(const ::c10d::ReduceOp& op, const std::string& what);
 
 // target, or a contiguous copy of it whose contents finish copies back into
 // target (for in-place calls on non-contiguous tensors).

@@ -17,6 +17,7 @@
 namespace kolo::torch {
 
 using detail::C10dCall;
+using detail::realView;
 using OpType = ::c10d::OpType;
 
 namespace {
@@ -31,36 +32,9 @@ struct Reduction {
   std::string name;  // "SUM"
 };
 
-const char* opName(::c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case ::c10d::ReduceOp::SUM: return "SUM";
-    case ::c10d::ReduceOp::AVG: return "AVG";
-    case ::c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case ::c10d::ReduceOp::MIN: return "MIN";
-    case ::c10d::ReduceOp::MAX: return "MAX";
-    case ::c10d::ReduceOp::BAND: return "BAND";
-    case ::c10d::ReduceOp::BOR: return "BOR";
-    case ::c10d::ReduceOp::BXOR: return "BXOR";
-    case ::c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNKNOWN";
-  }
-}
-
-double premulFactor(const ::c10d::ReduceOp& op, const std::string& what) {
-  const auto* s = dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  KOLO_CHECK_ARG(s != nullptr, what + ": PREMUL_SUM without its factor (make it with "
-                                      "torch.distributed._make_nccl_premul_sum)");
-#if KOLO_TORCH_VERSION_AT_LEAST(2, 0)
-  if (s->tensor_factor.defined()) return s->tensor_factor.item<double>();
-#else
-  if (!s->tensor_factors.empty()) return s->tensor_factors[0].item<double>();
-#endif
-  return s->double_factor;
-}
-
 Reduction reduction(const ::c10d::ReduceOp& op, const at::Tensor& tensor, const std::string& what) {
   Reduction r;
-  r.name = opName(op.op_);
+  r.name = detail::reduceOpName(op);
   const bool integral = at::isIntegralType(tensor.scalar_type(), /*includeBool=*/true);
   const bool isBool = tensor.scalar_type() == at::kBool;
   if (tensor.is_complex()) {
@@ -77,7 +51,7 @@ Reduction reduction(const ::c10d::ReduceOp& op, const at::Tensor& tensor, const 
     case ::c10d::ReduceOp::MAX: r.op = kolo::ReduceOp::kMax; break;
     case ::c10d::ReduceOp::PREMUL_SUM:
       r.op = kolo::ReduceOp::kSum;
-      r.prescale = premulFactor(op, what);
+      r.prescale = detail::premulFactor(op, what);
       break;
     case ::c10d::ReduceOp::BAND:
     case ::c10d::ReduceOp::BOR:
@@ -102,9 +76,6 @@ Reduction reduction(const ::c10d::ReduceOp& op, const at::Tensor& tensor, const 
   }
   return r;
 }
-
-// The tensor the engine reduces: complex tensors as their real view.
-at::Tensor realView(const at::Tensor& t) { return t.is_complex() ? at::view_as_real(t) : t; }
 
 // Rows of shape: the tensor as one row of a [1, *shape] tensor.
 at::Tensor asRow(const at::Tensor& t) { return t.unsqueeze(0); }
@@ -154,7 +125,7 @@ std::string dst(const char* call, int64_t root) {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allreduce(
     std::vector<at::Tensor>& tensors, const ::c10d::AllreduceOptions& opts) {
-  const std::string call = std::string("all_reduce(op=") + opName(opts.reduceOp.op_) + ")";
+  const std::string call = std::string("all_reduce(op=") + detail::reduceOpName(opts.reduceOp) + ")";
   return run(call, OpType::ALLREDUCE, [&](C10dCall& c) {
     const at::Tensor& t = detail::single(tensors, call);
     detail::checkCallTensor(t, call);
@@ -166,7 +137,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allreduce(
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const ::c10d::AllreduceCoalescedOptions& opts) {
   const std::string call =
-      std::string("all_reduce_coalesced(op=") + opName(opts.reduceOp.op_) + ")";
+      std::string("all_reduce_coalesced(op=") + detail::reduceOpName(opts.reduceOp) + ")";
   return run(call, OpType::ALLREDUCE_COALESCED, [&](C10dCall& c) {
     KOLO_CHECK_ARG(!tensors.empty(), call + ": no tensors");
     for (const at::Tensor& t : tensors) {
@@ -185,7 +156,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allreduce_coalesced(
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::reduce(std::vector<at::Tensor>& tensors,
                                                           const ::c10d::ReduceOptions& opts) {
   const std::string call = "reduce(dst=" + std::to_string(opts.rootRank) +
-                           ", op=" + opName(opts.reduceOp.op_) + ")";
+                           ", op=" + detail::reduceOpName(opts.reduceOp) + ")";
   return run(call, OpType::REDUCE, [&](C10dCall& c) {
     const at::Tensor& t = detail::single(tensors, call);
     detail::checkCallTensor(t, call);
@@ -226,12 +197,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allgather(
     at::Tensor gathered = at::empty({getSize(), in.numel()}, in.options());
     c.add(kolo::OpType::kAllgather, asRow(realView(in.contiguous())), at::Tensor(), call);
     c.land(realView(gathered));
-    std::vector<at::Tensor> outs = outputTensors[0];
-    c.then([gathered, outs]() mutable {
-      at::NoGradGuard noGrad;
-      for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_(gathered[r].view(outs[r].sizes()));
-    });
-    c.outputs = outs;
+    c.thenCopyRows(gathered, outputTensors[0]);
+    c.outputs = outputTensors[0];
   });
 }
 

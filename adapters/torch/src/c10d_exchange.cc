@@ -12,23 +12,10 @@
 namespace kolo::torch {
 
 using detail::C10dCall;
+using detail::realView;
 using OpType = ::c10d::OpType;
 
 namespace {
-
-at::Tensor realView(const at::Tensor& t) { return t.is_complex() ? at::view_as_real(t) : t; }
-
-const char* opName(const ::c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case ::c10d::ReduceOp::SUM: return "SUM";
-    case ::c10d::ReduceOp::AVG: return "AVG";
-    case ::c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case ::c10d::ReduceOp::MIN: return "MIN";
-    case ::c10d::ReduceOp::MAX: return "MAX";
-    case ::c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return nullptr;
-  }
-}
 
 // kolo's reduce op for a reduce-scatter (no bitwise ones), and its prescale.
 kolo::ReduceOp scatterOp(const ::c10d::ReduceOp& op, const std::string& what, double* prescale) {
@@ -39,17 +26,9 @@ kolo::ReduceOp scatterOp(const ::c10d::ReduceOp& op, const std::string& what, do
     case ::c10d::ReduceOp::PRODUCT: return kolo::ReduceOp::kProduct;
     case ::c10d::ReduceOp::MIN: return kolo::ReduceOp::kMin;
     case ::c10d::ReduceOp::MAX: return kolo::ReduceOp::kMax;
-    case ::c10d::ReduceOp::PREMUL_SUM: {
-      const auto* s =
-          dynamic_cast<const ::c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-      KOLO_CHECK_ARG(s != nullptr, what + ": PREMUL_SUM without its factor");
-#if KOLO_TORCH_VERSION_AT_LEAST(2, 0)
-      *prescale = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
-#else
-      *prescale = s->tensor_factors.empty() ? s->double_factor : s->tensor_factors[0].item<double>();
-#endif
+    case ::c10d::ReduceOp::PREMUL_SUM:
+      *prescale = detail::premulFactor(op, what);
       return kolo::ReduceOp::kSum;
-    }
     default:
       detail::notImplemented(what + ": this ReduceOp is not supported in a reduce-scatter by the "
                                     "kolo backend (use SUM, AVG, PRODUCT, MIN, MAX or PREMUL_SUM)");
@@ -110,12 +89,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allgather_coalesced(
       at::Tensor gathered = at::empty({getSize(), in.numel()}, in.options());
       c.add(kolo::OpType::kAllgather, realView(in.contiguous()).unsqueeze(0), at::Tensor(), call);
       c.land(realView(gathered));
-      std::vector<at::Tensor> outs = outputTensorLists[i];
-      c.then([gathered, outs]() mutable {
-        at::NoGradGuard noGrad;
-        for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_(gathered[r].view(outs[r].sizes()));
-      });
-      c.outputs.insert(c.outputs.end(), outs.begin(), outs.end());
+      c.thenCopyRows(gathered, outputTensorLists[i]);
+      c.outputs.insert(c.outputs.end(), outputTensorLists[i].begin(), outputTensorLists[i].end());
     }
   });
 }
@@ -147,9 +122,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesc
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const ::c10d::ReduceScatterOptions& opts) {
-  const char* op = opName(opts.reduceOp);
+  const char* op = detail::reduceOpName(opts.reduceOp);
   const std::string call =
-      std::string("reduce_scatter_tensor_coalesced(op=") + (op ? op : "?") + ")";
+      std::string("reduce_scatter_tensor_coalesced(op=") + op + ")";
   return run(call, OpType::COALESCED, [&](C10dCall& c) {
     KOLO_CHECK_ARG(!inputs.empty() && outputs.size() == inputs.size(),
                    call + ": expected one output per input tensor");
@@ -190,12 +165,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::gather(
     at::Tensor gathered = at::empty({isRoot ? getSize() : 0, in.numel()}, in.options());
     c.land(realView(gathered));
     if (isRoot) {
-      std::vector<at::Tensor> outs = outputTensors[0];
-      c.then([gathered, outs]() mutable {
-        at::NoGradGuard noGrad;
-        for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_(gathered[r].view(outs[r].sizes()));
-      });
-      c.outputs = outs;
+      c.thenCopyRows(gathered, outputTensors[0]);
+      c.outputs = outputTensors[0];
     }
   });
 }
@@ -236,8 +207,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::scatter(
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::reduce_scatter(
     std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
     const ::c10d::ReduceScatterOptions& opts) {
-  const char* op = opName(opts.reduceOp);
-  const std::string call = std::string("reduce_scatter(op=") + (op ? op : "?") + ")";
+  const char* op = detail::reduceOpName(opts.reduceOp);
+  const std::string call = std::string("reduce_scatter(op=") + op + ")";
   return run(call, OpType::REDUCE_SCATTER, [&](C10dCall& c) {
     const at::Tensor& out = detail::single(outputTensors, call);
     detail::checkCallTensor(out, call);
@@ -252,8 +223,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::reduce_scatter(
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const ::c10d::ReduceScatterOptions& opts) {
-  const char* op = opName(opts.reduceOp);
-  const std::string call = std::string("reduce_scatter_tensor(op=") + (op ? op : "?") + ")";
+  const char* op = detail::reduceOpName(opts.reduceOp);
+  const std::string call = std::string("reduce_scatter_tensor(op=") + op + ")";
   return run(call, OpType::_REDUCE_SCATTER_BASE, [&](C10dCall& c) {
     addReduceScatter(c, inputBuffer, outputBuffer, opts.reduceOp, getSize(), call);
     c.outputs = {outputBuffer};

@@ -142,13 +142,10 @@ void ProcessGroupKolo::WorkKolo::failedToStart(const kolo::Status& why) {
     started_ = true;
     remaining_ = 0;
     if (firstError_.ok()) firstError_ = why;
-    post = futureWanted_;
+    post = futureWanted_ && !device_.is_cuda();
   }
   cv_.notify_all();
-  if (post) {
-    c10::intrusive_ptr<WorkKolo> self = c10::intrusive_ptr<WorkKolo>::unsafe_reclaim_from_nonowning(this);
-    detail::CompletionRunner::instance().post([self] { self->completeFuture(); });
-  }
+  if (post) postFuture();
 }
 
 void ProcessGroupKolo::WorkKolo::opDone(const kolo::Status& status) {
@@ -156,14 +153,12 @@ void ProcessGroupKolo::WorkKolo::opDone(const kolo::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok() && firstError_.ok()) firstError_ = status;
-    post = --remaining_ == 0 && futureWanted_;
+    // A CUDA work's future was posted when it was asked for (it completes
+    // once the work is enqueued, as nccl's does).
+    post = --remaining_ == 0 && futureWanted_ && !device_.is_cuda();
   }
   cv_.notify_all();
-  if (post) {
-    // Off the engine's thread: the future's callbacks may wait on kolo.
-    c10::intrusive_ptr<WorkKolo> self = c10::intrusive_ptr<WorkKolo>::unsafe_reclaim_from_nonowning(this);
-    detail::CompletionRunner::instance().post([self] { self->completeFuture(); });
-  }
+  if (post) postFuture();
 }
 
 bool ProcessGroupKolo::WorkKolo::waitStarted(std::chrono::milliseconds timeout) {
@@ -278,19 +273,40 @@ c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupKolo::WorkKolo::getFuture() 
       future_ = c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), devices);
       futureWanted_ = true;
-      post = started_ && remaining_ == 0;
+      post = device_.is_cuda() || (started_ && remaining_ == 0);
     }
     future = future_;
   }
-  if (post) {
-    c10::intrusive_ptr<WorkKolo> self = c10::intrusive_ptr<WorkKolo>::unsafe_reclaim_from_nonowning(this);
-    detail::CompletionRunner::instance().post([self] { self->completeFuture(); });
-  }
+  if (post) postFuture();
   return future;
+}
+
+void ProcessGroupKolo::WorkKolo::postFuture() {
+  // Off the engine's thread: the future's callbacks may wait on kolo.
+  c10::intrusive_ptr<WorkKolo> self =
+      c10::intrusive_ptr<WorkKolo>::unsafe_reclaim_from_nonowning(this);
+  detail::CompletionRunner::instance().post([self] { self->completeFuture(); });
 }
 
 void ProcessGroupKolo::WorkKolo::completeFuture() {
   compat::DeviceGuard guard(device_);
+  // CUDA: complete once the work is enqueued, on a stream that waits for
+  // it; the future's value is then ready for every stream that waits on
+  // the future, as nccl's futures are (the host does not wait for the GPU).
+  compat::PoolStreamGuard stream(device_);
+  if (device_.is_cuda()) {
+    waitStarted(kNoTimeout);
+    std::vector<std::pair<kolo::Handle, at::Device>> handles;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const kolo::Handle& h : handles_) handles.emplace_back(h, device_);
+    }
+    try {
+      compat::waitAllOnCurrentStream(handles);
+    } catch (const kolo::Error&) {
+      // Recorded by the operation's onDone; finishOnce() raises it.
+    }
+  }
   finishOnce();
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::exception_ptr error;

@@ -58,7 +58,8 @@ class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
   // label: the group's, for messages; name: the call's ("process group 0
   // #54"); device: where the tensors live; outputs: result() and the
   // future's value; finish: runs once every operation is done (or, for CUDA
-  // tensors, enqueued, on the caller's stream, which then waits for them).
+  // tensors, enqueued, on a stream that then waits for them: the caller's
+  // in wait(), a pool stream for the future).
   WorkKolo(int rank, ::c10d::OpType type, std::string label, std::string name,
            at::Device device, std::vector<at::Tensor> outputs, std::function<void()> finish);
 
@@ -91,6 +92,8 @@ class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
   bool waitStarted(std::chrono::milliseconds timeout);
   // Runs finish_ once (or records the operations' first error).
   void finishOnce();
+  // Completes the future on a CompletionRunner thread (completeFuture).
+  void postFuture();
   void completeFuture();
 
   const std::string label_;

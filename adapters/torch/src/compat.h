@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -282,6 +283,25 @@ inline void waitAllOnCurrentStream(
   }
 #endif
 }
+
+// While it lives, the current stream of device (CUDA) is a stream of
+// torch's pool, that this thread's work can be ordered on without
+// touching another thread's current stream; nothing for the CPU.
+class PoolStreamGuard {
+ public:
+  explicit PoolStreamGuard(const at::Device& device) {
+#if KOLO_TORCH_WITH_CUDA
+    if (device.is_cuda()) guard_.emplace(c10::cuda::getStreamFromPool(false, device.index()));
+#else
+    (void)device;
+#endif
+  }
+
+ private:
+#if KOLO_TORCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
+#endif
+};
 
 // This thread's current device is device while it lives (CUDA); nothing
 // for the CPU.

@@ -102,22 +102,18 @@ void Timeline::complete(int row, const char* name, int64_t ts, int64_t dur) {
 }
 
 void Timeline::beginNamed(int row, const char* name, int64_t ts, const std::string& label) {
-  TraceEvent e;
-  e.name = name;
-  e.ts = ts;
-  e.tid = row;
-  e.phase = 'B';
-  e.label = label;
-  writer_.push(std::move(e));
+  push(row, 'B', name, ts, -1, label);
 }
 
-void Timeline::push(int row, char phase, const char* name, int64_t ts, int64_t bytes) {
+void Timeline::push(int row, char phase, const char* name, int64_t ts, int64_t bytes,
+                    std::string label) {
   TraceEvent e;
   e.name = name;
   e.ts = ts;
   e.tid = row;
   e.phase = phase;
   e.bytes = bytes;
+  e.label = std::move(label);
   writer_.push(std::move(e));
 }
 

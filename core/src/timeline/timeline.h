@@ -84,7 +84,8 @@ class Timeline {
   const std::string& path() const { return writer_.path(); }
 
  private:
-  void push(int row, char phase, const char* name, int64_t ts, int64_t bytes);
+  void push(int row, char phase, const char* name, int64_t ts, int64_t bytes,
+            std::string label = {});
 
   TraceWriter writer_;
   const bool markCycles_;
