@@ -20,7 +20,7 @@ import types
 import kolo_source
 
 ROOT = kolo_source.ROOT
-PUBLIC_MODULES = ["kolo", "kolo.torch", "kolo.torch.elastic", "kolo.ray"]
+PUBLIC_MODULES = ["kolo", "kolo.torch", "kolo.torch.elastic", "kolo.torch.distributed", "kolo.ray"]
 # Public modules that land with other changes: checked when present.
 OPTIONAL_MODULES = ["kolo.run", "kolo.spark"]
 

@@ -190,3 +190,22 @@ def test_a_dtype_kolo_does_not_move_is_a_value_error_naming_the_supported_ones(r
 def test_failures_surface_as_torchs_distributed_error(rank, size):
     with pytest.raises(dist.DistBackendError, match="ranks made different calls"):
         dist.all_reduce(torch.ones(2 if rank == 0 else 3), group=KOLO)
+
+
+def test_object_collectives(rank, size):
+    """all_gather_object, broadcast_object_list, gather_object and
+    scatter_object_list (what torch.distributed.checkpoint uses) on kolo."""
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "text": "x" * rank}, group=KOLO)
+    assert objs == [{"rank": r, "text": "x" * r} for r in range(size)]
+    box = [("from", rank)] if rank == size - 1 else [None]
+    dist.broadcast_object_list(box, src=size - 1, group=KOLO)
+    assert box == [("from", size - 1)]
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object(rank * 10, gathered, dst=0, group=KOLO)
+    if rank == 0:
+        assert gathered == [r * 10 for r in range(size)]
+    out = [None]
+    dist.scatter_object_list(out, [str(r) for r in range(size)] if rank == 0 else None, src=0,
+                             group=KOLO)
+    assert out == [str(rank)]
