@@ -86,3 +86,10 @@ if(KOLO_WITH_NCCL)
     set(KOLO_WITH_NCCL OFF)
   endif()
 endif()
+
+if(KOLO_REQUIRE_GPU AND NOT KOLO_WITH_NCCL)
+  message(FATAL_ERROR "KOLO_REQUIRE_GPU (the torch2 preset): no NCCL 2.14 or newer found (see "
+                      "above). pip's CUDA torch brings one (the nvidia-nccl wheel); otherwise set "
+                      "KOLO_NCCL_ROOT to an NCCL prefix, or configure without the GPU path "
+                      "(--preset default)")
+endif()

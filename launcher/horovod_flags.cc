@@ -79,7 +79,10 @@ void applyHorovodSpellings(const HorovodSpellings& given, Options& o) {
     if (std::find(unique.begin(), unique.end(), nic) == unique.end()) unique.push_back(nic);
   }
   o.networkInterfaces = std::move(unique);
-  if (!o.networkInterfaces.empty()) o.networkInterface = o.networkInterfaces.front();
+  o.networkInterface.clear();
+  for (const auto& nic : o.networkInterfaces) {
+    o.networkInterface += (o.networkInterface.empty() ? "" : ",") + nic;
+  }
   if (!given.logLevel.empty()) o.logLevel = koloLogLevel(given.logLevel, o.notices);
 }
 
@@ -168,11 +171,6 @@ void addHorovodNotices(Options& o) {
                   "change it (Horovod holds it constant); --hierarchical-allreduce and "
                   "--no-hierarchical-allreduce are held");
     }
-  }
-  if (o.networkInterfaces.size() > 1) {
-    n.push_back("--network-interfaces: kolo's rendezvous and Gloo data plane use the first, " +
-                o.networkInterfaces.front() +
-                " (as Horovod's Gloo does); NCCL and MPI get them all");
   }
 }
 

@@ -11,7 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
-#include <set>
+#include <map>
+#include <utility>
 
 #include "hosts.h"
 #include "usage_error.h"
@@ -19,40 +20,45 @@
 namespace kolo::launcher {
 
 RendezvousEndpoint chooseRendezvous(const std::vector<std::string>& remoteHosts,
-                                    const std::string& iface) {
+                                    const std::string& ifaces) {
   if (remoteHosts.empty()) {
     // Loopback only; --network-interface still reaches workers as KOLO_IFACE.
     return {"127.0.0.1", "127.0.0.1"};
   }
-  if (!iface.empty()) return {"0.0.0.0", interfaceAddress(iface)};
+  if (!ifaces.empty()) return {"0.0.0.0", interfaceAddress(ifaces)};
   return {"0.0.0.0", routeSourceAddress(remoteHosts.front())};
 }
 
-std::string interfaceAddress(const std::string& iface) {
+std::string interfaceAddress(const std::string& ifaces) {
   struct ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
     throw UsageError("cannot list network interfaces: " + std::string(std::strerror(errno)));
   }
-  std::string found;
-  std::set<std::string> names;
+  std::map<std::string, std::string> here;  // name -> its first IPv4 address
   for (auto* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    names.insert(a->ifa_name);
-    if (found.empty() && iface == a->ifa_name) {
-      char text[INET_ADDRSTRLEN] = {};
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
-                sizeof(text));
-      found = text;
-    }
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
+              sizeof(text));
+    here.emplace(a->ifa_name, text);
   }
   freeifaddrs(list);
-  if (found.empty()) {
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("--network-interface " + iface +
-                     ": no such interface with an IPv4 address; interfaces here: " + known);
+  size_t begin = 0;
+  while (begin <= ifaces.size()) {
+    size_t end = ifaces.find(',', begin);
+    if (end == std::string::npos) end = ifaces.size();
+    if (auto it = here.find(ifaces.substr(begin, end - begin)); it != here.end()) {
+      return it->second;
+    }
+    begin = end + 1;
   }
-  return found;
+  std::string known;
+  for (const auto& [name, address] : here) known += (known.empty() ? "" : ", ") + name;
+  const bool several = ifaces.find(',') != std::string::npos;
+  throw UsageError((several ? "--network-interfaces " : "--network-interface ") + ifaces +
+                   (several ? ": none of these interfaces has an IPv4 address on this host"
+                         : ": no such interface with an IPv4 address on this host") +
+                   "; interfaces here: " + known);
 }
 
 std::string routeSourceAddress(const std::string& host) {

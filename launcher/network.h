@@ -15,14 +15,16 @@ struct RendezvousEndpoint {
 };
 
 // 127.0.0.1 when every host is this machine; otherwise listen everywhere and
-// tell workers the IPv4 address of `iface` when given, else the source
-// address of the route to the first remote host. Throws UsageError.
+// tell workers the IPv4 address of the first interface of `ifaces` (names
+// separated by commas) that this host has, else the source address of the
+// route to the first remote host. Throws UsageError.
 RendezvousEndpoint chooseRendezvous(const std::vector<std::string>& remoteHosts,
-                                    const std::string& iface);
+                                    const std::string& ifaces);
 
-// IPv4 address of a local interface; UsageError naming the interfaces that
-// exist when it has none.
-std::string interfaceAddress(const std::string& iface);
+// IPv4 address of the first interface of `ifaces` (names separated by
+// commas) that this host has; UsageError naming the interfaces that exist
+// when it has none of them.
+std::string interfaceAddress(const std::string& ifaces);
 
 // Local address the kernel would use to reach host (a UDP connect() sends
 // nothing). UsageError when host does not resolve or has no route.

@@ -217,12 +217,14 @@ void addElasticFlags(CLI::App& app, Options& o) {
 void addRendezvousFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
   app.add_option("--network-interface", h.networkInterface,
                  "interface whose IPv4 address workers use to reach kolorun's rendezvous "
-                 "store; also sets KOLO_IFACE for the data plane (repeatable)")
+                 "store; also sets KOLO_IFACE for the data plane (repeatable: each host "
+                 "uses the first it has)")
       ->allow_extra_args(false)
       ->group("Rendezvous");
   app.add_option("--network-interfaces", h.networkInterfaces,
-                 "NIC[,NIC...]: interfaces for the job; the first is --network-interface's, all "
-                 "go to NCCL (NCCL_SOCKET_IFNAME) and with --mpi to MPI's TCP transport")
+                 "NIC[,NIC...]: interfaces for the job; each host uses the first it has for the "
+                 "store and data plane (KOLO_IFACE), all go to NCCL (NCCL_SOCKET_IFNAME) and "
+                 "with --mpi to MPI's TCP transport")
       ->allow_extra_args(false)
       ->group("Rendezvous");
   app.add_option("--port", o.port, "TCP port of the rendezvous store (default: a free port)")

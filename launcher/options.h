@@ -23,7 +23,7 @@ struct Options {
   std::vector<std::string> command;  // program and its arguments
 
   // Rendezvous and processes.
-  std::string networkInterface;                // the first of networkInterfaces
+  std::string networkInterface;                // networkInterfaces joined by commas (KOLO_IFACE)
   std::vector<std::string> networkInterfaces;  // --network-interface(s), in order
   int port = 0;  // 0: any free port
   double startTimeoutSeconds = 30;  // --start-timeout, else HOROVOD_START_TIMEOUT

@@ -7,7 +7,9 @@
 #      every reference, internal link and heading anchor resolves, every
 #      KOLO_* variable the code reads is in docs/reference/environment.toml
 #      and no other (docs/_ext/kolo_docs.py);
-#   3. README.md's relative links and anchors resolve;
+#   3. README.md's relative links and anchors resolve; every figure in the
+#      results of docs/benchmarks.md and benchmarks/README.md names its
+#      commit, command and program (checks.py benchmark-sources);
 #   4. every public Python name of kolo, kolo.torch, kolo.torch.elastic,
 #      kolo.ray (and kolo.run, kolo.spark where present) has a docstring;
 #   5. every kolorun flag is in `kolorun --help` and on the reference page,
@@ -21,8 +23,8 @@
 #   scripts/docs.sh [BUILD_DIR]       # default build/default
 #   KOLO_DOCS_SKIP_RUN=1 scripts/docs.sh    # all but step 6's runs
 #
-# Needs BUILD_DIR's kolorun and Python module (cmake --build --preset default
-# --target kolorun kolo_python) and the Debian packages of
+# Needs a configured BUILD_DIR (it builds kolorun and the Python module
+# there when they are missing) and the Debian packages of
 # scripts/install-deps.sh (Sphinx, MyST, furo, Breathe, Doxygen). Prints
 # the time it took and "docs: ok".
 set -uo pipefail
@@ -33,13 +35,20 @@ out=$PWD/build/docs
 failed=()
 fail() { failed+=("$1"); echo "docs: FAILED: $1" >&2; }
 
-for tool in sphinx-build doxygen; do
+for tool in sphinx-build doxygen dot; do
   command -v "$tool" >/dev/null || { echo "docs: $tool is missing: run scripts/install-deps.sh" >&2; exit 1; }
 done
-[ -x "$build/launcher/kolorun" ] && [ -d "$build/python/kolo" ] || {
-  echo "docs: $build has no kolorun or Python module: cmake --build --preset default --target kolorun kolo_python" >&2
-  exit 1
-}
+# What the checks run: kolorun and the compiled Python module (the C++
+# quick start builds only kolorun and the example; configure alone leaves
+# python/kolo with no _kolo in it). Built here when missing.
+built() { [ -x "$build/launcher/kolorun" ] && compgen -G "$build/python/kolo/_kolo*.so" >/dev/null; }
+if ! built; then
+  [ -f "$build/CMakeCache.txt" ] || {
+    echo "docs: $build is not a configured build: run cmake --preset default first" >&2; exit 1; }
+  echo "== building kolorun and the Python module in $build (the checks run them)"
+  cmake --build "$build" -j"$(nproc)" --target kolorun kolo_python >/dev/null ||
+    { echo "docs: could not build kolorun and kolo_python in $build (run: cmake --build $build --target kolorun kolo_python)" >&2; exit 1; }
+fi
 python=$(sed -n 's/^KOLO_PYTHON_EXECUTABLE:INTERNAL=//p' "$build/CMakeCache.txt")
 python=${python:-/usr/bin/python3}
 export KOLO_KOLORUN=$build/launcher/kolorun KOLO_PYTHONPATH=$build/python
@@ -64,10 +73,18 @@ fi
 echo "== README.md links"
 "$python" "${checks[@]}" readme-links || fail "README.md links"
 
+echo "== benchmark figures' sources"
+"$python" "${checks[@]}" benchmark-sources || fail "benchmark figures without their commit, command or program"
+
 echo "== docstrings"
-PYTHONPATH=$build/python "$python" "${checks[@]}" docstrings 2>"$out/docstrings.txt" ||
-  { head -n 20 "$out/docstrings.txt" >&2
-    fail "Python docstrings: $(grep -c . "$out/docstrings.txt") missing (all in $out/docstrings.txt)"; }
+PYTHONPATH=$build/python "$python" "${checks[@]}" docstrings 2>"$out/docstrings.txt"
+case $? in
+  0) ;;
+  1) head -n 20 "$out/docstrings.txt" >&2
+     fail "Python docstrings: $(grep -c '^docstrings: ' "$out/docstrings.txt") missing (all in $out/docstrings.txt)" ;;
+  *) tail -n 5 "$out/docstrings.txt" >&2
+     fail "Python docstrings: the check could not import kolo from $build/python (above; all in $out/docstrings.txt)" ;;
+esac
 
 echo "== kolorun flags, KOLO_* variables, version in the reference"
 "$python" "${checks[@]}" kolorun-flags "$out/html/reference/kolorun.html" || fail "kolorun flags"

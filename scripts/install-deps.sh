@@ -15,7 +15,7 @@ packages=(
   dataset-fashion-mnist iproute2 procps
   clang libclang-rt-14-dev
   clang-16 libc++-16-dev libc++abi-16-dev iwyu
-  python3-sphinx python3-myst-parser furo python3-breathe doxygen
+  python3-sphinx python3-myst-parser furo python3-breathe doxygen graphviz
   openjdk-17-jre-headless
 )
 

@@ -37,6 +37,10 @@ launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=
           -DCMAKE_CUDA_COMPILER_LAUNCHER=)
 if command -v ccache >/dev/null; then
   export CCACHE_DIR=${CCACHE_DIR:-$cache_dir/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  # The LibTorch targets' precompiled headers (KOLO_PRECOMPILED_HEADERS):
+  # ccache serves them, and the files compiled with them, only with these
+  # (the pip wheel's build then hits the torch2 build's objects again).
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
             -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi

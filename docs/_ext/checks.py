@@ -9,12 +9,16 @@ exits non-zero when something is.
     checks.py kolorun-flags HTML       every flag kolorun defines is in --help and the page
     checks.py environment HTML         every KOLO_* variable the code reads is on the page
     checks.py version HTML             the site shows VERSION
+    checks.py benchmark-sources        every benchmark figure names its commit and program
 """
 import importlib
 import inspect
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
+import traceback
 import types
 
 import kolo_source
@@ -66,7 +70,12 @@ def check_docstrings(modules):
         except ModuleNotFoundError as e:
             if name in OPTIONAL_MODULES and e.name in (name, name.rpartition(".")[0] or name):
                 continue
-            raise
+            print("docstrings: cannot import %s: %s" % (name, e), file=sys.stderr)
+            return 2
+        except Exception as e:  # a module that fails on import is not a missing docstring
+            traceback.print_exc()
+            print("docstrings: cannot import %s: %s" % (name, e), file=sys.stderr)
+            return 2
         checked.append(name)
         count += 1
         if not (module.__doc__ or "").strip():
@@ -198,6 +207,155 @@ def check_version(html):
     return 0
 
 
+# The files whose measured figures must say where they come from, and the
+# marker that opens each one's results part (it runs to the end of the file).
+BENCHMARK_FILES = ("docs/benchmarks.md", "benchmarks/README.md")
+RESULTS_MARKER = "<!-- benchmark-sources:"
+PROVENANCE_REACH = 2  # blocks; see check_benchmark_sources
+_FIGURE = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ns|us|µs|ms|s|min|GB/s|MB/s|%)(?![\w/])"  # with a unit
+    r"|(?<![\w.])\d+\.\d+(?![\w.])")                                              # a ratio
+_COMMIT = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+# After "Measured at" or "commit" a hash counts even when it has no letter.
+_MEASURED_AT = re.compile(r"[Mm]easured at (?:commit )?([0-9a-f]{7,40})(?![\w-])")
+_COMMIT_WORD = re.compile(r"\bcommit ([0-9a-f]{7,40})(?![\w-])")
+_TREE_PATH = re.compile(r"(?<![\w./-])(?:benchmarks|scripts|examples)/[\w./-]*\w")
+
+
+def _results_blocks(text):
+    """The results part of a page (from RESULTS_MARKER on) as (line, kind,
+    text) blocks: runs of non-blank lines, a fenced code block whole, a
+    heading alone; HTML comments dropped."""
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(RESULTS_MARKER)), None)
+    if start is None:
+        return None
+    blocks, cur, fence, comment = [], [], None, False
+    for n, line in enumerate(lines[start:], start + 1):
+        if comment or (fence is None and line.lstrip().startswith("<!--")):
+            comment = "-->" not in line
+            continue
+        if fence is not None:
+            cur[1].append(line)
+            if line.strip().startswith(fence):
+                blocks.append((cur[0], "code", cur[1]))
+                cur, fence = [], None
+            continue
+        if line.startswith(("```", "~~~")):
+            if cur:
+                blocks.append((cur[0], "text", cur[1]))
+            cur, fence = [n, [line]], line[:3]
+        elif not line.strip() or re.match(r"#+\s", line) or re.match(r"\(\S+\)=$", line):
+            if cur:
+                blocks.append((cur[0], "text", cur[1]))
+            cur = []
+            if re.match(r"#+\s", line):
+                blocks.append((n, "heading", [line]))
+        elif cur:
+            cur[1].append(line)
+        else:
+            cur = [n, [line]]
+    if cur:
+        blocks.append((cur[0], "code" if fence else "text", cur[1]))
+    return blocks
+
+
+def _figures(kind, lines):
+    text = "\n".join(lines)
+    # Options and settings are not measurements: `--seconds 0.2`,
+    # KOLO_CYCLE_TIME=0.5, and (in prose) whatever is in a code span.
+    text = re.sub(r"--[\w-]+[ =]\S+|\b[A-Z_]+=\S+", " ", text)
+    if kind == "text":
+        text = re.sub(r"`[^`]*`", " ", text)
+    return _FIGURE.findall(text)
+
+
+def check_benchmark_sources():
+    """Every measured figure in the results part of docs/benchmarks.md and
+    benchmarks/README.md says where it comes from.
+
+    The results part of each file runs from its line starting with
+    `<!-- benchmark-sources:` to the end of the file. It is cut into blocks:
+    runs of non-blank lines (a paragraph, a table, a whole list), a fenced
+    code block, a heading. A block has a figure when it holds a number with
+    a unit of time, bandwidth or percent (12.0 us, 3.9 GB/s, +16.9 %) or a
+    decimal number (a ratio: 0.52); command-line options (--seconds 0.2),
+    VAR=value settings and, in prose, `code spans` do not count. A
+    provenance block holds "Measured at <commit>" (7 to 40 lowercase hex
+    digits) and a path under benchmarks/, scripts/ or examples/ that exists
+    in the tree (the program that reproduces the figure); by convention it
+    also gives the command in a code span. Every block with a figure must
+    be a provenance block or lie at most PROVENANCE_REACH blocks from one,
+    with no heading in between.
+
+    Every commit named anywhere in those files must exist (git cat-file -e
+    HASH^{commit}). A commit is a word of 7 to 40 lowercase hex digits with
+    at least one a-f and one 0-9, or any such word right after "Measured
+    at" or "commit". That part is skipped, with a notice, outside a git
+    checkout or in a shallow clone.
+    """
+    problems = []
+    commits = {}  # hash -> the files that name it
+    for rel in BENCHMARK_FILES:
+        text = (ROOT / rel).read_text()
+        for pattern in (_COMMIT, _MEASURED_AT, _COMMIT_WORD):
+            for c in pattern.findall(text):
+                commits.setdefault(c, set()).add(rel)
+        blocks = _results_blocks(text)
+        if blocks is None:
+            problems.append("%s has no results marker (a line starting %r)" % (rel, RESULTS_MARKER))
+            continue
+        sources = {}
+        for i, (line, kind, body) in enumerate(blocks):
+            joined = "\n".join(body)
+            if kind != "text" or not _MEASURED_AT.search(joined):
+                continue
+            paths = sorted({p.rstrip(".") for p in _TREE_PATH.findall(joined)})
+            missing = [p for p in paths if not (ROOT / p).exists()]
+            for p in missing:
+                problems.append("%s:%d: the provenance names %s, which is not in the tree"
+                                % (rel, line, p))
+            if len(paths) > len(missing):
+                sources[i] = line
+            elif not paths:
+                problems.append("%s:%d: the provenance names no program (a path under benchmarks/, "
+                                "scripts/ or examples/)" % (rel, line))
+        headings = [i for i, b in enumerate(blocks) if b[1] == "heading"]
+        for i, (line, kind, body) in enumerate(blocks):
+            figures = kind != "heading" and _figures(kind, body)
+            if not figures:
+                continue
+            near = [j for j in sources if abs(j - i) <= PROVENANCE_REACH and
+                    not any(min(i, j) < h < max(i, j) for h in headings)]
+            if not near:
+                shown = ", ".join(" ".join(f.split()) for f in figures[:3])
+                problems.append("%s:%d: figures (%s) with no \"Measured at <commit> ... "
+                                "<program>\" block within %d blocks under the same heading"
+                                % (rel, line, shown, PROVENANCE_REACH))
+    checked = len(commits)
+    if not (ROOT / ".git").exists() or not shutil.which("git"):
+        print("benchmark-sources: no git checkout here: the %d named commits were not looked up"
+              % checked)
+        checked = 0
+    elif subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+                        capture_output=True, text=True).stdout.strip() == "true":
+        print("benchmark-sources: a shallow clone: the %d named commits were not looked up"
+              % checked)
+        checked = 0
+    else:
+        for c in sorted(commits):
+            found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", c + "^{commit}"],
+                                   capture_output=True)
+            if found.returncode != 0:
+                problems.append("%s: names commit %s, which this repository does not have"
+                                % (" and ".join(sorted(commits[c])), c))
+    for p in problems:
+        print("benchmark-sources: " + p, file=sys.stderr)
+    print("benchmark-sources: %s; %d commits looked up, %d problems"
+          % (", ".join(BENCHMARK_FILES), checked, len(problems)))
+    return 1 if problems else 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -215,6 +373,8 @@ def main(argv):
         return check_environment(args[0])
     if cmd == "version":
         return check_version(args[0])
+    if cmd == "benchmark-sources":
+        return check_benchmark_sources()
     print("unknown check %r\n%s" % (cmd, __doc__), file=sys.stderr)
     return 2
 

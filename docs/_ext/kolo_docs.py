@@ -12,8 +12,19 @@ they cannot drift from it:
     values Config accepts (from config.cc) and the default and meaning from
     docs/reference/environment.toml; a variable on one side only is an error.
     One anchor per variable (``env-kolo-timeout``).
-``kolo-cpp-headers``
-    one Breathe ``doxygenfile`` section per public header.
+``kolo-cpp-header``
+    the C++ reference of one public header (argument: its include path,
+    ``kolo/engine.h``) from Doxygen's XML: one Breathe directive per
+    documented entity Doxygen places in that header (``doxygenclass``,
+    ``doxygenfunction`` with the parameters where a name is overloaded,
+    ...), grouped by kind, in the header's order. ``:only:`` or
+    ``:exclude:`` (qualified names) split a large header over several
+    pages. Each entity is declared in one header, so it is declared once on
+    the site (Sphinx's C++ domain rejects a second declaration); one that no
+    page renders (a new header, a name left out) fails the build.
+``kolo-cpp-namespaces``
+    each public namespace once (its description; the pages above name
+    members by qualified name, whose qualifiers link there).
 ``kolo-toctree``
     Sphinx's ``toctree`` (always ``:glob:``), minus the entries that match no
     page yet: sections whose pages land in later changes build meanwhile.
@@ -23,9 +34,11 @@ they cannot drift from it:
     the build log (it lands with another change).
 """
 import importlib.util
+import os
 import re
 
 from docutils import nodes
+from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
 from sphinx.directives.other import TocTree
 from sphinx.util import logging
@@ -137,25 +150,238 @@ def _code_list(text):
     return "`%s`" % text
 
 
-class CppHeaders(_Generated):
+# The kinds of declaration a header's page lists, in the page's order:
+# (section title, Breathe directive per Doxygen kind).
+_CPP_SECTIONS = [
+    ("Classes", {"class": "doxygenclass", "struct": "doxygenstruct"}),
+    ("Functions", {"function": "doxygenfunction"}),
+    ("Enumerations", {"enum": "doxygenenum"}),
+    ("Type aliases", {"typedef": "doxygentypedef"}),
+    ("Constants", {"variable": "doxygenvariable"}),
+    ("Macros", {"define": "doxygendefine"}),
+]
+# The role that links to each kind (a section starts with links to its
+# entries: the page's table of contents lists headings only).
+_CPP_ROLES = {"class": "cpp:class", "struct": "cpp:struct", "function": "cpp:func",
+              "enum": "cpp:enum", "typedef": "cpp:type", "variable": "cpp:var",
+              "define": "c:macro"}
+
+
+_cpp_cache = {}
+
+
+def cpp_declarations(xml_dir):
+    """_cpp_declarations(xml_dir), read once per version of the XML."""
+    key = (xml_dir, os.stat(os.path.join(xml_dir, "index.xml")).st_mtime_ns)
+    if key not in _cpp_cache:
+        _cpp_cache.clear()
+        _cpp_cache[key] = _cpp_declarations(xml_dir)
+    return _cpp_cache[key]
+
+
+def _cpp_declarations(xml_dir):
+    """{header: [(kind, line, name, args)]}: the documented entities of each
+    public header, as Doxygen's XML in xml_dir places them. header is the
+    include path ("kolo/engine.h", "kolo/torch/optimizer.h"); args is the
+    parameter list where a function's name is overloaded in its namespace
+    (doxygenfunction needs it to pick one), else "". Classes nested in a
+    class are rendered by their enclosing class and not listed; neither is
+    what is internal (detail namespaces, macros the header #undefs again)."""
+    import xml.etree.ElementTree as ET
+
+    def header_of(location):
+        path = (location.get("file") or "").replace("\\", "/")
+        m = re.search(r"(?:^|/)include/(kolo/.+\.h)$", path)
+        return (m.group(1), path) if m else (None, path)
+
+    def public(name):
+        return "detail" not in name.split("::")
+
+    index = ET.parse(os.path.join(xml_dir, "index.xml")).getroot()
+    compounds = [(c.get("kind"), c.findtext("name"), c.get("refid"))
+                 for c in index.findall("compound")]
+    class_names = {name for kind, name, _ in compounds if kind in ("class", "struct", "union")}
+    found = {}
+    functions = []  # (header, line, qualified name, args): args decided below
+
+    for kind, name, refid in compounds:
+        if kind not in ("class", "struct", "namespace", "file"):
+            continue
+        if kind != "file" and (name.split("::")[0] != "kolo" or not public(name)):
+            continue
+        compound = ET.parse(os.path.join(xml_dir, refid + ".xml")).getroot().find("compounddef")
+        if kind in ("class", "struct"):
+            if name.rpartition("::")[0] in class_names or compound.get("prot", "public") != "public":
+                continue  # nested (its enclosing class renders it) or private
+            location = compound.find("location")
+            header, _ = header_of(location) if location is not None else (None, "")
+            if header:
+                found.setdefault(header, []).append((kind, int(location.get("line", 0)), name, ""))
+            continue
+        for member in compound.iter("memberdef"):
+            mkind = member.get("kind")
+            location = member.find("location")
+            if location is None:
+                continue
+            header, path = header_of(location)
+            if not header:
+                continue
+            line = int(location.get("line", 0))
+            if kind == "file":
+                if mkind != "define":
+                    continue  # namespace members: listed under their namespace
+                mname = member.findtext("name")
+                source = kolo_source.ROOT / path
+                if source.is_file() and re.search(r"^\s*#\s*undef\s+%s\b" % re.escape(mname),
+                                                  source.read_text(), re.M):
+                    continue  # a helper the header undefines again
+                found.setdefault(header, []).append((mkind, line, mname, ""))
+                continue
+            if mkind not in ("function", "enum", "typedef", "variable"):
+                continue
+            qualified = "%s::%s" % (name, member.findtext("name"))
+            if mkind == "function":
+                functions.append((header, line, qualified, member.findtext("argsstring") or ""))
+            else:
+                found.setdefault(header, []).append((mkind, line, qualified, ""))
+
+    overloads = {}
+    for _, _, qualified, _ in functions:
+        overloads[qualified] = overloads.get(qualified, 0) + 1
+    for header, line, qualified, args in functions:
+        if overloads[qualified] > 1:
+            # The parameter list alone: no trailing return type, const, ...
+            args = args[:_closing_paren(args) + 1] if args.startswith("(") else args
+        else:
+            args = ""
+        found.setdefault(header, []).append(("function", line, qualified, args))
+    for entries in found.values():
+        entries.sort(key=lambda e: e[1])
+    return found
+
+
+def _closing_paren(text):
+    """Index of the parenthesis that closes text's first one."""
+    depth = 0
+    for i, c in enumerate(text):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(text) - 1
+
+
+def _cpp_xml_dir(config):
+    return config.breathe_projects["kolo"]
+
+
+class CppHeader(_Generated):
+    has_content = False
+    required_arguments = 1
+    option_spec = {"only": directives.unchanged, "exclude": directives.unchanged}
+
+    def run(self):
+        header = self.arguments[0].strip()
+        xml_dir = _cpp_xml_dir(self.config)
+        try:
+            declarations = cpp_declarations(xml_dir)
+        except OSError as e:
+            return self.error("no Doxygen XML at %s (%s): scripts/docs.sh runs Doxygen first"
+                              % (xml_dir, e))
+        # Read again when Doxygen ran again (scripts/docs.sh runs it each time).
+        self.env.note_dependency(os.path.join(xml_dir, "index.xml"))
+        entries = declarations.get(header)
+        if not entries:
+            return self.error("kolo-cpp-header: Doxygen documents nothing in %r (public "
+                              "headers: %s)" % (header, ", ".join(sorted(declarations))))
+        # :only: / :exclude: (qualified names, all overloads of each) split a
+        # large header over several pages.
+        names = {e[2] for e in entries}
+        only = self.options.get("only", "").split()
+        exclude = self.options.get("exclude", "").split()
+        for name in only + exclude:
+            if name not in names:
+                self.error("kolo-cpp-header: %s declares no %s" % (header, name))
+        entries = [e for e in entries
+                   if (not only or e[2] in only) and e[2] not in exclude]
+        rendered = self.env.__dict__.setdefault("kolo_cpp_rendered", {})
+        for _, _, name, args in entries:
+            rendered.setdefault((header, name + args), set()).add(self.env.docname)
+        lines = []
+        for title, kinds in _CPP_SECTIONS:
+            picked = [e for e in entries if e[0] in kinds]
+            if not picked:
+                continue
+            lines += ["## " + title, ""]
+            links = []
+            for kind, _, name, _ in picked:
+                link = "{%s}`%s <%s>`" % (_CPP_ROLES[kind], name.rpartition("::")[2], name)
+                if link not in links:
+                    links.append(link)  # overloads: one link
+            lines += [" · ".join(links), ""]
+            for kind, _, name, args in picked:
+                lines += ["```{%s} %s%s" % (kinds[kind], name, args), ":project: kolo"]
+                if kind in ("class", "struct"):
+                    lines += [":members:"]
+                lines += ["```", ""]
+        return self.emit(lines, "<kolo-cpp-header %s>" % header)
+
+
+class CppNamespaces(_Generated):
     has_content = False
 
     def run(self):
-        # One page of namespaces (Doxygen's per-file view repeats each
-        # namespace once per header, which Sphinx's C++ domain rejects).
-        xml_dir = self.config.breathe_projects["kolo"]
+        # Each namespace once, description only: the pages of the headers
+        # declare their members by qualified name (kolo::torch::allreduce),
+        # whose qualifiers link here.
+        xml_dir = _cpp_xml_dir(self.config)
         try:
             namespaces = kolo_source.public_namespaces(xml_dir)
         except OSError as e:
             return self.error("no Doxygen XML at %s (%s): scripts/docs.sh runs Doxygen first"
                               % (xml_dir, e))
-        # The outermost namespace renders the nested ones (kolo::torch,
-        # kolo::elastic, ...) itself.
+        self.env.note_dependency(os.path.join(xml_dir, "index.xml"))
         lines = []
-        for ns in [n for n in namespaces if "::" not in n]:
-            lines += ["```{doxygennamespace} %s" % ns,
-                      ":project: kolo", ":members:", "```", ""]
-        return self.emit(lines, "<kolo-cpp-headers>")
+        for ns in sorted(namespaces):
+            lines += ["### `%s`" % ns, "", "```{doxygennamespace} %s" % ns, ":project: kolo",
+                      ":desc-only:", "```", ""]
+        return self.emit(lines, "<kolo-cpp-namespaces>")
+
+
+def _cpp_purge(app, env, docname):
+    for pages in getattr(env, "kolo_cpp_rendered", {}).values():
+        pages.discard(docname)
+
+
+def _cpp_merge(app, env, docnames, other):
+    mine = env.__dict__.setdefault("kolo_cpp_rendered", {})
+    for key, pages in getattr(other, "kolo_cpp_rendered", {}).items():
+        mine.setdefault(key, set()).update(pages)
+
+
+def _cpp_check(app, env):
+    """Every documented declaration of every public header is on exactly one
+    page (kolo-cpp-header): a new header or class cannot drop out of the
+    reference unnoticed."""
+    rendered = getattr(env, "kolo_cpp_rendered", {})
+    if not any(rendered.values()):
+        return  # no C++ reference in this build (a partial one)
+    try:
+        declarations = cpp_declarations(_cpp_xml_dir(app.config))
+    except OSError:
+        return  # reported by the directives
+    for header, entries in sorted(declarations.items()):
+        missing = [e[2] + e[3] for e in entries if not rendered.get((header, e[2] + e[3]))]
+        if len(missing) == len(entries):
+            logger.warning("kolo docs: no page of the C++ reference renders %s: add "
+                           "docs/reference/cpp/<page>.md with a kolo-cpp-header directive "
+                           "for it and list the page in docs/reference/cpp.md" % header)
+        elif missing:
+            logger.warning("kolo docs: no page of the C++ reference renders %s of %s (a "
+                           "kolo-cpp-header directive's :only: or :exclude: leaves it out)"
+                           % (", ".join(missing), header))
 
 
 class PythonModules(_Generated):
@@ -239,7 +465,11 @@ def _importable(module):
 def setup(app):
     app.add_directive("kolo-kolorun-help", KolorunHelp)
     app.add_directive("kolo-environment", Environment)
-    app.add_directive("kolo-cpp-headers", CppHeaders)
+    app.add_directive("kolo-cpp-header", CppHeader)
+    app.add_directive("kolo-cpp-namespaces", CppNamespaces)
+    app.connect("env-purge-doc", _cpp_purge)
+    app.connect("env-merge-info", _cpp_merge)
+    app.connect("env-check-consistency", _cpp_check)
     app.add_directive("kolo-python-modules", PythonModules)
     app.add_directive("kolo-toctree", GlobToctree)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

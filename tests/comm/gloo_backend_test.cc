@@ -1,5 +1,6 @@
 // gloo-specific behaviour beyond the conformance suite: connection setup.
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include "comm/conformance.h"
 #include "comm/gloo/collectives.h"
 #include "comm/gloo/factory.h"
+#include "comm/tcp/interfaces.h"
 #include "kolo/error.h"
 #include "kolo/store.h"
 
@@ -20,6 +22,46 @@ TEST(GlooBackend, UnknownInterfaceIsInvalidArgument) {
   auto store = makeHashStore();
   comm::BackendArgs args{config, id, store, ""};
   EXPECT_THROW(comm::gloo::createCollectives(args), InvalidArgument);
+}
+
+// KOLO_IFACE may list one interface per kind of host (kolorun
+// --network-interfaces a,b): each rank takes the first its host has.
+TEST(Interfaces, EachHostTakesTheFirstOfTheListItHas) {
+  auto lo = comm::tcp::chooseInterface("kolo-no-such-if0,lo");
+  EXPECT_EQ(lo.name, "lo");
+  EXPECT_EQ(lo.address, "127.0.0.1");
+  EXPECT_EQ(comm::tcp::chooseInterface("lo").name, "lo");
+}
+
+TEST(Interfaces, NoneOfTheListHereNamesTheListAndWhatThisHostHas) {
+  try {
+    comm::tcp::chooseInterface("kolo-no-such-if0,kolo-no-such-if1");
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("none of the network interfaces 'kolo-no-such-if0,kolo-no-such-if1' "
+                        "(KOLO_IFACE)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("lo (127.0.0.1)"), std::string::npos) << what;
+  }
+  try {
+    comm::tcp::chooseInterface("lo,,eth0");
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected interface names separated by commas"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GlooBackend, InterfaceListTakesTheFirstThisHostHas) {
+  Config config = commConfig();
+  config.iface = "kolo-no-such-if0,lo";
+  Identity id;
+  auto store = makeHashStore();
+  comm::BackendArgs args{config, id, store, ""};
+  EXPECT_NE(comm::gloo::createCollectives(args), nullptr);
 }
 
 TEST(GlooBackend, EmptyLocalAddressMeansLoopback) {

@@ -104,9 +104,9 @@ TEST(HorovodFlags, FollowedFlagsSetKolosVariables) {
       {{"--no-log-hide-timestamp"}, {{"KOLO_LOG_HIDE_TIME", "0"}}},
       {{"--network-interface", "eth1"}, {{"KOLO_IFACE", "eth1"}, {"NCCL_SOCKET_IFNAME", "eth1"}}},
       {{"--network-interfaces", "eth1,eth2"},
-       {{"KOLO_IFACE", "eth1"}, {"NCCL_SOCKET_IFNAME", "eth1,eth2"}}},
+       {{"KOLO_IFACE", "eth1,eth2"}, {"NCCL_SOCKET_IFNAME", "eth1,eth2"}}},
       {{"--network-interface", "eth2", "--network-interface", "eth1"},
-       {{"KOLO_IFACE", "eth2"}, {"NCCL_SOCKET_IFNAME", "eth2,eth1"}}},
+       {{"KOLO_IFACE", "eth2,eth1"}, {"NCCL_SOCKET_IFNAME", "eth2,eth1"}}},
       {{"--tcp"}, {{"NCCL_IB_DISABLE", "1"}}},
       {{"--gloo"}, {{"KOLO_CONTROLLER", "gloo"}, {"KOLO_CPU_OPERATIONS", "gloo"}}},
   };
@@ -140,7 +140,6 @@ TEST(HorovodFlags, AcceptedFlagsPrintWhatKoloDoesInstead) {
       {{"--log-level", "FATAL"}, "kolo has no fatal level"},
       {{"--log-hide-timestamp"}, "deprecated in Horovod; use --log-without-timestamp"},
       {{"--network-interface", "eth0,eth1"}, "a list is deprecated in Horovod"},
-      {{"--network-interfaces", "eth0,eth1"}, "use the first, eth0"},
       {{"--no-stall-check", "--stall-check-warning-time-seconds", "5"},
        "its time flags have no effect"},
       {{"--gloo-timeout-seconds", "5", "--timeout-seconds", "6"},
@@ -231,7 +230,7 @@ TEST(HorovodFlags, MpiRunGetsMpiArgsBindingArgsAndEveryInterface) {
                      "--bind-to socket", "--network-interfaces", "eth0,eth1", "prog"});
   EXPECT_EQ(describeCommand(mpirunCommand(o, context)),
             "/usr/bin/mpirun -np 2 -H localhost:2 --bind-to socket --tag-output --mca "
-            "btl_tcp_if_include eth0,eth1 -x KOLO_IFACE=eth0 -x KOLO_CONTROLLER=mpi "
+            "btl_tcp_if_include eth0,eth1 -x KOLO_IFACE=eth0,eth1 -x KOLO_CONTROLLER=mpi "
             "-x KOLO_CPU_OPERATIONS=mpi -x NCCL_SOCKET_IFNAME=eth0,eth1 -x NCCL_IB_DISABLE=1 "
             "--map-by ppr:1:core --report-bindings prog");
   EXPECT_NE(notices(o).find("--start-timeout: with --mpi"), std::string::npos) << notices(o);

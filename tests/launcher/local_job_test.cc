@@ -249,6 +249,9 @@ TEST(BadInput, OneLineExitTwoNothingStarted) {
   expectUsageError({"-np", "2", "-H", "10.77.255.250:2", "--network-interface", "kolo-nonexistent0",
                     probe, "tag"},
                    "no such interface");
+  expectUsageError({"-np", "2", "-H", "10.77.255.250:2", "--network-interfaces",
+                    "kolo-nonexistent0,kolo-nonexistent1", probe, "tag"},
+                   "none of these interfaces has an IPv4 address on this host; interfaces here:");
 }
 
 TEST(BadInput, HostfileSyntaxErrorNamesTheLine) {

@@ -80,14 +80,17 @@ TEST_F(NetnsJob, RanksRunInTheirNamespaceAndReachTheStoreAcrossTheVeth) {
   }
 }
 
+// kolorun reaches the namespaces over the bridge; inside, the interface is
+// eth0 (the data plane itself runs in tests/reliability's
+// HierarchicalAcrossHosts.HostsByNamespaceNameWithAnInterfaceListTrain).
 TEST_F(NetnsJob, HostsByNamespaceNameWithNetworkInterface) {
-  auto r = runKolorun({"-H", ns(1) + ":1," + ns(2) + ":1", "--rsh", rsh(), "--network-interface",
-                       prefix_ + "br", probePath(), "env", "exchange"},
+  auto r = runKolorun({"-H", ns(1) + ":1," + ns(2) + ":1", "--rsh", rsh(), "--network-interfaces",
+                       prefix_ + "br,eth0", probePath(), "env", "exchange"},
                       seconds(60));
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   auto env = envByRank(r.out);
   EXPECT_EQ(env[0]["KOLO_RENDEZVOUS_ADDR"], addr(1));
-  EXPECT_EQ(env[1]["KOLO_IFACE"], prefix_ + "br");
+  EXPECT_EQ(env[1]["KOLO_IFACE"], prefix_ + "br,eth0");
   EXPECT_EQ(env[1]["NETNS"], inode(2));
   EXPECT_NE(r.out.find("[1]<stdout>:EXCHANGE_OK"), std::string::npos) << r.out;
 }

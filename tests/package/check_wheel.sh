@@ -23,7 +23,9 @@
 # KOLO_WHEEL_BUILD_DIR: its build folder (emptied first; default a
 # temporary one). scripts/test.sh sets both so that ccache serves the wheel
 # build from the torch2 preset's objects (same flags, same folder depth).
-# Prints "wheel: ok" when every step passed.
+# When every step passed, the wheel is copied to KOLO_WHEEL_ARTIFACT_DIR
+# (default build/artifacts in the checkout; older kolo-*.whl there are
+# removed) and "wheel: ok" is printed.
 set -euo pipefail
 python=$1
 source_dir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -96,4 +98,9 @@ if [ -n "$theirs" ] && [ "$theirs" != "$built" ]; then
     exit 1
   fi
 fi
+artifacts=${KOLO_WHEEL_ARTIFACT_DIR:-$source_dir/build/artifacts}
+mkdir -p "$artifacts"
+rm -f "$artifacts"/kolo-*.whl
+cp "$wheel" "$artifacts/"
+echo "== wheel kept: $artifacts/$(basename "$wheel")"
 echo "wheel: ok"

@@ -235,8 +235,11 @@ def test_layout_follows_nodes():
 def test_config_is_checked():
     assert KoloConfig().backend_cls is KoloBackend
     assert KoloConfig(nics={"eth0"}).iface() == "eth0"
-    with pytest.raises(ValueError, match="one network interface"):
-        KoloConfig(nics={"eth0", "eth1"})
+    assert KoloConfig(nics={"eth1", "eth0"}).iface() == "eth0,eth1"
+    assert KoloConfig(nics=["ib0", "eth0"]).iface() == "ib0,eth0"
+    assert KoloConfig(nics="").iface() is None
+    with pytest.raises(ValueError, match="interface names"):
+        KoloConfig(nics=["eth0", ""])
     with pytest.raises(ValueError, match="set by the backend"):
         KoloConfig(env_vars={"KOLO_SECRET_KEY": "x"})
     with pytest.raises(ValueError, match="positive"):

@@ -376,6 +376,25 @@ TEST_F(HierarchicalAcrossHosts, EveryOpMatchesTheReference) {
   EXPECT_EQ(planes, 4u) << all;
 }
 
+// The docs' example (docs/running/kolorun.md): hosts by namespace name,
+// which kolorun reaches over the bridge and whose ranks have eth0. Each
+// host takes the first interface of the list it has, and the job trains.
+TEST_F(HierarchicalAcrossHosts, HostsByNamespaceNameWithAnInterfaceListTrain) {
+  Watchdog dog("hosts by name", kSoftLimit, kHardLimit, marker_);
+  std::vector<std::string> args = hierarchicalArgs("sum");
+  args[2] = prefix_ + "1:2," + prefix_ + "2:2";
+  args.insert(args.begin() + 3, {"--network-interfaces", prefix_ + "br,eth0"});
+  Running job(args);
+  dog.watch(job.pid());
+  RunResult r = job.wait(kHardLimit - seconds(5));
+  dog.stop();
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.exitCode, 0) << all;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.out.find("[" + std::to_string(rank) + "]<stdout>:OK"), std::string::npos) << all;
+  }
+}
+
 TEST_F(HierarchicalAcrossHosts, KilledRankIsNamedOnBothHosts) {
   expectLostRankNamed("kill-mid");
 }

@@ -68,15 +68,17 @@ struct ConfigNotices {
 struct Config {
   /// KOLO_FUSION_THRESHOLD: bytes per fused buffer; 0 disables fusion.
   int64_t fusionThresholdBytes = 128LL * 1024 * 1024;
-  /// KOLO_CYCLE_TIME: milliseconds between coordination cycles when idle.
+  /// KOLO_CYCLE_TIME: milliseconds between coordination cycles while work is
+  /// pending; an idle engine backs off to a few times this.
   std::chrono::microseconds cycleTime{1000};
   /// KOLO_SPIN_TIME: microseconds a thread polls instead of sleeping where a
   /// wake-up is due soon: the background thread after it completed work, and
   /// a caller waiting on a handle. Saves the two thread wake-ups of a small
-  /// operation; never spins on an idle job. 0 disables. Unset: 50 when this
-  /// host has at least two cores per local rank (a spinning thread then has
-  /// a core of its own), else 0 (a spinner would take the core the thread it
-  /// waits for needs).
+  /// operation; never spins on an idle job. 0 disables. Unset: 50 when the
+  /// CPUs of this process's affinity mask number at least two per local rank
+  /// (a spinning thread then has a core of its own), else 0 (a spinner would
+  /// take the core the thread it waits for needs; a rank pinned to one core
+  /// gets 0 however large the host).
   std::optional<std::chrono::microseconds> spinTime;
   /// KOLO_CACHE_CAPACITY: response cache entries; 0 disables the cache.
   int cacheCapacity = 4096;
@@ -121,8 +123,9 @@ struct Config {
   std::string cpuOperations = "gloo";
   /// KOLO_GPU_OPERATIONS: nccl|mpi|gloo.
   std::string gpuOperations = "nccl";
-  /// KOLO_IFACE: network interface for the data plane (e.g. eth0); empty =
-  /// the interface that routes to the rendezvous store.
+  /// KOLO_IFACE: network interface for the data plane (e.g. eth0), or names
+  /// separated by commas of which each rank uses the first its host has;
+  /// empty = the interface that routes to the rendezvous store.
   std::string iface;
   /// KOLO_SHM: shared memory among the ranks of a host: the control and data
   /// plane of a group whose ranks all share one host, and the local stage of

@@ -101,6 +101,20 @@ def test_torchrun():
     assert_ok(out, 2)
 
 
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's torchrun fails on Python 3.11 before "
+                                       "starting a worker; the torch 2.x stage runs this")
+def test_torchrun_runs_a_horovod_api_script():
+    """kolo.torch (hvd.init()) under torchrun itself: kolo reads torchrun's
+    variables and meets the other ranks on MASTER_PORT + 1."""
+    port = free_port()
+    while port >= 65535:
+        port = free_port()
+    code, out = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                     "--master-port", str(port), WORKER, "hvd"])
+    assert code == 0, out
+    assert_ok(out, 2)
+
+
 @pytest.mark.skipif(not TORCH2, reason="per-device backends (\"cpu:kolo,...\") are torch 2.x")
 def test_kolo_for_cpu_tensors_beside_another_backend():
     code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "mixed"])

@@ -2,7 +2,10 @@
 would): joins a "kolo" process group by the given method, checks one
 all_reduce and prints "ok <rank> <world size> <sum>".
 
-    python worker.py env|tcp://...|file://...|spawn|slurm|mixed|mesh|dead-peer|timeline
+    python worker.py env|tcp://...|file://...|spawn|slurm|mixed|mesh|dead-peer|timeline|hvd
+
+hvd: no process group; the Horovod API (kolo.torch) from the launcher's
+environment instead, with the same check.
 """
 import datetime
 import os
@@ -24,6 +27,15 @@ def check(rank, size, group=None, backend_check=None):
 
 
 def run(method, rank=None, size=None):
+    if method == "hvd":
+        hvd = kolo.torch
+        hvd.init()
+        t = hvd.allreduce(torch.full((3,), float(hvd.rank() + 1)), op=hvd.Sum, name="check")
+        expected = hvd.size() * (hvd.size() + 1) / 2
+        assert torch.equal(t, torch.full((3,), expected)), (t, expected)
+        print("ok %d %d %g" % (hvd.rank(), hvd.size(), t[0].item()), flush=True)
+        hvd.shutdown()
+        return
     if method == "env":
         dist.init_process_group("kolo")
     elif method.startswith(("tcp://", "file://")):

@@ -72,9 +72,11 @@ class KoloConfig(BackendConfig):
     timeout_s: seconds before a silent peer is declared failed, and the bound
         on rendezvous at hvd.init() (sets KOLO_TIMEOUT in the workers; None
         keeps kolo's default of 60 s or the workers' own KOLO_TIMEOUT).
-    nics: the network interface for kolo's data plane (KOLO_IFACE), as a name
-        or a one-element set of names (horovod.ray's HorovodConfig took a
-        set); None lets kolo pick the interface that routes to rank 0.
+    nics: the network interfaces kolo's data plane may use (KOLO_IFACE), as a
+        name or a set or list of names (horovod.ray's HorovodConfig took a
+        set): each worker uses the first of them its node has (a set in
+        sorted order). None lets kolo pick the interface that routes to
+        rank 0.
     env_vars: further kolo variables (KOLO_FUSION_THRESHOLD, KOLO_LOG_LEVEL,
         ...) set in every worker before the training function starts.
     shutdown_timeout_s: how long the backend waits for the workers' engines
@@ -100,14 +102,19 @@ class KoloConfig(BackendConfig):
                                  "not %r" % (key, value))
 
     def iface(self) -> Optional[str]:
-        """The one interface named by `nics`, or None."""
+        """KOLO_IFACE for `nics`: the names separated by commas, or None."""
         if self.nics is None or isinstance(self.nics, str):
-            return self.nics or None
-        names = sorted(set(self.nics))
-        if len(names) != 1:
-            raise ValueError("KoloConfig(nics=%r): kolo uses one network interface for its data "
-                             "plane; name exactly one" % (self.nics,))
-        return names[0]
+            names = [n.strip() for n in (self.nics or "").split(",")]
+        elif isinstance(self.nics, (list, tuple)):
+            names = list(self.nics)
+        else:
+            names = sorted(set(self.nics))
+        if not any(names):
+            return None
+        if not all(isinstance(n, str) and n and "," not in n for n in names):
+            raise ValueError("KoloConfig(nics=%r): expected interface names such as 'eth0'"
+                             % (self.nics,))
+        return ",".join(names)
 
     @property
     def backend_cls(self):

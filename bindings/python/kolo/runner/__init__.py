@@ -139,7 +139,8 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     - use_gloo / use_mpi: kolorun --gloo / --mpi; mpi_args: extra mpirun
       arguments (with use_mpi only).
     - network_interface (comma-separated) or network_interfaces (a list):
-      the interface kolo uses (kolo uses one: the first).
+      the interfaces kolo may use (kolorun --network-interfaces): each host
+      uses the first of them it has.
     - output_filename: a folder for each rank's stdout and stderr.
     - verbose: kolorun --verbose.
     - executable: the Python interpreter of the ranks (default
@@ -273,10 +274,7 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
                              "(OMPI_MCA_* variables) instead" % kolorun)
         cmd += ["--mpi-args", str(mpi_args)]
     if network_interfaces:
-        if len(network_interfaces) > 1:
-            _notice("network_interfaces=%s: kolo uses one interface, %s"
-                    % (",".join(network_interfaces), network_interfaces[0]))
-        cmd += ["--network-interface", network_interfaces[0]]
+        cmd += ["--network-interfaces", ",".join(network_interfaces)]
 
     names = _host_names(hosts, hostfile)
     local = not host_discovery_script and all(_is_local(h) for h in names)

@@ -167,7 +167,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
       cancelled and TimeoutError says how many started.
     - env: variables set in each task's environment while fn runs (KOLO_*
       settings such as KOLO_TIMEOUT included).
-    - nics: the network interface kolo uses (KOLO_IFACE; kolo uses one).
+    - nics: the network interfaces kolo may use (KOLO_IFACE): each rank uses
+      the first of them its host has.
     - verbose: 0 quiet, 1 (default) one log line, 2 also the placement.
     - use_gloo: accepted (kolo's controller over TCP is the only one here).
       use_mpi / extra_mpi_args: ValueError; the ranks are Spark tasks, not
@@ -217,10 +218,10 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         start_timeout = float(os.environ.get("HOROVOD_SPARK_START_TIMEOUT", "600"))
     env = dict(env or {})
     if nics:
-        nics = [nics] if isinstance(nics, str) else sorted(nics)
-        if len(nics) > 1:
-            _notice("nics=%s: kolo uses one interface, %s" % (",".join(nics), nics[0]))
-        env.setdefault("KOLO_IFACE", nics[0])
+        # Each rank uses the first of them its host has (a set in sorted order).
+        nics = [nics] if isinstance(nics, str) else (
+            list(nics) if isinstance(nics, (list, tuple)) else sorted(nics))
+        env.setdefault("KOLO_IFACE", ",".join(nics))
     if verbose and verbose >= 1:
         _log.info("kolo.spark.run: running %d processes", num_proc)
 

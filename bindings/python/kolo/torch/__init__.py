@@ -16,6 +16,8 @@ import os as _os
 import sys as _sys
 import warnings as _warnings
 
+import torch as _torch
+
 from kolo import _kolo
 from kolo._kolo import (  # noqa: F401
     KoloError,
@@ -99,6 +101,10 @@ HorovodInternalError = KoloInternalError
 catch ``hvd.HorovodInternalError``."""
 
 _BUILD = _kolo.build_info()
+# Where the CUDA toolkit is installed, kolo's core builds its CUDA path even
+# against a torch without CUDA (Debian's 1.13); no CUDA tensor can reach it
+# then, so the build reports no CUDA and no NCCL.
+_TORCH_HAS_CUDA = _torch.version.cuda is not None
 
 
 def init(comm=None, process_sets=None):
@@ -231,13 +237,15 @@ def mpi_built():
 
 def nccl_built():
     """The NCCL version kolo was built with (e.g. 22809 for 2.28.9), 0
-    without NCCL. Horovod returns a bool; the version is truthy likewise."""
-    return int(_BUILD["nccl_version"])
+    without NCCL or with a torch that has no CUDA. Horovod returns a bool;
+    the version is truthy likewise."""
+    return int(_BUILD["nccl_version"]) if _TORCH_HAS_CUDA else 0
 
 
 def cuda_built():
-    """True when this kolo was built with CUDA (collectives on CUDA tensors)."""
-    return _BUILD["cuda"]
+    """True when this kolo was built with CUDA against a torch with CUDA
+    (collectives on CUDA tensors)."""
+    return bool(_BUILD["cuda"]) and _TORCH_HAS_CUDA
 
 
 def rocm_built():

@@ -5,8 +5,6 @@
 #include <exception>
 #include <utility>
 
-#include <net/if.h>
-
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -14,6 +12,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "comm/gloo/store_adapter.h"
+#include "comm/tcp/interfaces.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::gloo {
@@ -31,18 +30,13 @@ bool mentionsTimeout(std::string text) {
 std::shared_ptr<::gloo::transport::Device> createDevice(const BackendArgs& args) {
   ::gloo::transport::tcp::attr attr;
   if (!args.config.iface.empty()) {
-    attr.iface = args.config.iface;
+    attr.iface = tcp::chooseInterface(args.config.iface).name;
   } else {
     attr.hostname = args.localAddress.empty() ? "127.0.0.1" : args.localAddress;
   }
   const std::string where = args.config.iface.empty()
                                 ? "address '" + attr.hostname + "'"
                                 : "interface '" + attr.iface + "' (KOLO_IFACE)";
-  // Checked here first: gloo leaks its interface list when the name is
-  // unknown, and its message does not say which setting was wrong.
-  if (!attr.iface.empty() && ::if_nametoindex(attr.iface.c_str()) == 0) {
-    throw InvalidArgument("gloo: no network interface named '" + attr.iface + "' (KOLO_IFACE)");
-  }
   try {
     return ::gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {

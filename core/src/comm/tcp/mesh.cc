@@ -1,8 +1,6 @@
 #include "comm/tcp/mesh.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +17,7 @@
 
 #include "kolo/error.h"
 #include "common/ranks_text.h"
+#include "comm/tcp/interfaces.h"
 
 namespace kolo::comm::tcp {
 namespace {
@@ -56,28 +55,6 @@ struct FrameHeader {
   uint64_t length;
 };
 static_assert(sizeof(FrameHeader) == 16, "frame header is 16 bytes on the wire");
-
-// IPv4 address of a named interface.
-std::string interfaceAddress(const std::string& name) {
-  KOLO_CHECK_ARG(::if_nametoindex(name.c_str()) != 0,
-                 "no network interface named '" + name + "' (KOLO_IFACE)");
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) {
-    throw InvalidArgument("cannot list network interfaces: " + rendezvous::errnoText(errno));
-  }
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    if (name != a->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) found = text;
-  }
-  ::freeifaddrs(list);
-  KOLO_CHECK_ARG(!found.empty(), "network interface '" + name +
-                                     "' (KOLO_IFACE) has no IPv4 address; pick one that has");
-  return found;
-}
 
 std::array<uint8_t, kTokenBytes> randomToken() {
   std::random_device device;
@@ -151,7 +128,7 @@ std::unique_ptr<Mesh> Mesh::connect(const BackendArgs& args, const std::string& 
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, args.config.timeout));
   if (size == 1) return mesh;
 
-  const std::string host = !args.config.iface.empty() ? interfaceAddress(args.config.iface)
+  const std::string host = !args.config.iface.empty() ? chooseInterface(args.config.iface).address
                            : args.localAddress.empty() ? "127.0.0.1"
                                                        : args.localAddress;
   Fd listener;
