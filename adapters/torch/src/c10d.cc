@@ -170,8 +170,10 @@ kolo::Config groupConfig(const ProcessGroupKoloOptions& o) {
   config.stallShutdownTime = o.timeout;
   config.stallShutdownSetting = "the process group's timeout";
   if (o.timeout.count() > 0) config.timeout = std::min(config.timeout, o.timeout);
-  if (!config.timelinePath.empty() && o.groupName != "0") {
-    // Each group's engine writes a timeline of its own.
+  if (!config.timelinePath.empty()) {
+    // Each group's engine writes a timeline of its own, the default group's
+    // included: KOLO_TIMELINE's own path is kolo.torch's engine's (hvd.init()),
+    // which may run in the same process.
     std::string& path = config.timelinePath;
     const std::string tag = ".pg" + o.groupName;
     const size_t dot = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0

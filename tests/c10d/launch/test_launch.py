@@ -131,12 +131,18 @@ def test_device_mesh_on_kolo():
 
 
 def test_timeline_names_calls_by_kind(tmp_path):
+    """The default group writes timeline.pg0.json, beside the file of
+    kolo.torch's engine (hvd.init() in the same process), which keeps
+    KOLO_TIMELINE's own path."""
     path = str(tmp_path / "timeline.json")
     code, out = run([KOLORUN, "--start-timeout", "120", "-np", "2", sys.executable, WORKER, "timeline"],
                     env={"KOLO_TIMELINE": path})
     assert code == 0, out
-    with open(path) as f:
+    with open(str(tmp_path / "timeline.pg0.json")) as f:
         events = json.load(f)
+    with open(path) as f:
+        hvd_events = json.load(f)
+    assert any(e.get("name") == "ALLREDUCE" for e in hvd_events), hvd_events
     rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert "all_reduce(op=SUM)" in rows and "broadcast(src=0)" in rows, rows
     # Each call's span names it by the group and its place in the sequence.

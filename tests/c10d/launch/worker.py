@@ -56,6 +56,8 @@ def run(method, rank=None, size=None):
         dist.destroy_process_group()
         return
     elif method == "timeline":
+        kolo.torch.init()  # kolo.torch's engine beside the group, with a timeline of its own
+        kolo.torch.allreduce(torch.ones(1), name="beside")
         dist.init_process_group("kolo")
         for _ in range(3):
             check(dist.get_rank(), dist.get_world_size())
