@@ -29,6 +29,28 @@ ci_start=$SECONDS
 # 90 minutes, and the run should stay under 45; docs/developers/testing.md).
 timings=()
 stage_done() { timings+=("$(printf '%-34s %5d s' "$1" $((SECONDS - $2)))"); }
+# ctest run by preset, with what it passed, skipped and failed counted
+# apart (scripts/test-summary.py: each skip with its reason, and the tests
+# that passed while skipping cases inside), printed after the run and again
+# at the end: a skip is never read as a pass. ctest keeps up to 1 MiB of a
+# passing test's output for it (pytest's skip reasons come last).
+summaries=()
+run_ctest() {
+  local preset=$1 timeout=$2 junit=$PWD/build/$1/ctest-junit.xml
+  shift 2
+  rm -f "$junit"
+  local rc=0
+  "$@" ctest --preset "$preset" --timeout "$timeout" -j"$jobs" \
+    --test-output-size-passed 1048576 --output-junit "$junit" || rc=$?
+  if [ -f "$junit" ]; then
+    local summary
+    summary=$(python3 scripts/test-summary.py "$preset" "$junit") ||
+      summary="$preset: scripts/test-summary.py could not read $junit"
+    echo "$summary"
+    summaries+=("$summary")
+  fi
+  return $rc
+}
 
 # ccache (installed by install-deps.sh) for every build, in
 # $KOLO_CACHE_DIR/ccache unless CCACHE_DIR says otherwise: a machine that is
@@ -65,7 +87,7 @@ if [ "${KOLO_SKIP_DEFAULT:-0}" != "1" ]; then
 
   stage_start=$SECONDS
   echo "== tests (default preset)"
-  ctest --preset default --timeout 600 -j"$jobs"
+  run_ctest default 600
   stage_done "default tests" "$stage_start"
 fi
 
@@ -131,7 +153,7 @@ if [ "${KOLO_SKIP_TORCH2:-0}" != "1" ]; then
   stage_done "torch2 build" "$stage_start"
   stage_start=$SECONDS
   echo "== tests (torch2 preset: torch, python, gpu_host, gpu (skips without a GPU), package)"
-  ctest --preset torch2 --timeout 600 -j"$jobs"
+  run_ctest torch2 600
   stage_done "torch2 tests" "$stage_start"
 fi
 
@@ -149,8 +171,8 @@ if [ "${KOLO_SKIP_SANITIZERS:-0}" != "1" ]; then
     stage_done "$preset build" "$stage_start"
     stage_start=$SECONDS
     echo "== tests ($preset preset: in-process suite)"
-    ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-      ctest --preset "$preset" --timeout 900 -j"$jobs"
+    run_ctest "$preset" 900 env ASAN_OPTIONS=detect_leaks=1 \
+      TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     stage_done "$preset tests" "$stage_start"
   done
 fi
@@ -160,6 +182,8 @@ if [ "${KOLO_SKIP_FUZZ:-0}" != "1" ]; then
   fuzz/run.sh 15
   stage_done "fuzzing" "$stage_start"
 fi
+echo "== tests per stage (passed and skipped apart)"
+printf '%s\n' "${summaries[@]}" | sed 's/^/   /'
 echo "== time per stage"
 printf '   %s\n' "${timings[@]}"
 echo "   $(printf '%-34s %5d s' total $((SECONDS - ci_start)))"
