@@ -24,6 +24,21 @@ std::string plural(int n, const std::string& word) {
 }
 
 // "ranks 2,3 (host h2), rank 5 (host h3)".
+// "1,2"; more than 8 ranks fold each run of consecutive ones: "0-255,300",
+// so that thousands of missing ranks take a line, not a page.
+std::string rankRuns(const std::vector<int>& list) {
+  const bool fold = list.size() > 8;
+  std::string out;
+  for (size_t i = 0; i < list.size();) {
+    size_t last = i;
+    while (fold && last + 1 < list.size() && list[last + 1] == list[last] + 1) ++last;
+    out += (i ? "," : "") + std::to_string(list[i]);
+    if (last > i) out += "-" + std::to_string(list[last]);
+    i = last + 1;
+  }
+  return out;
+}
+
 std::string groupByHost(const std::vector<int>& ranks, const std::vector<RankPlacement>& where) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (int r : ranks) {
@@ -33,9 +48,7 @@ std::string groupByHost(const std::vector<int>& ranks, const std::vector<RankPla
   std::string out;
   for (const auto& [host, list] : groups) {
     if (!out.empty()) out += ", ";
-    out += list.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < list.size(); ++i) out += (i ? "," : "") + std::to_string(list[i]);
-    out += " (host " + host + ")";
+    out += (list.size() == 1 ? "rank " : "ranks ") + rankRuns(list) + " (host " + host + ")";
   }
   return out;
 }

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "common/ranks_text.h"
 #include "core/ops_util.h"
 #include "harness/harness.h"
 #include "negotiation/stall_inspector.h"
@@ -51,6 +54,22 @@ Handle submit(Engine& engine, const std::string& name, std::vector<float>& v) {
   return engine.enqueue(
       makeRequest(name, OpType::kAllreduce, DataType::kFloat32, {static_cast<int64_t>(v.size())}),
       Entry{v.data(), v.data(), {}, {}});
+}
+
+// A job of thousands of ranks gets a line, not a page: lists longer than
+// kRanksListedOneByOne fold runs of consecutive ranks.
+TEST(RanksText, LongListsFoldIntoRangesShortOnesStayOneByOne) {
+  EXPECT_EQ(ranksPhrase({1}), "rank 1");
+  EXPECT_EQ(ranksPhrase({0, 1, 2}), "ranks 0, 1, 2");
+  std::vector<int> all;
+  for (int r = 1; r < 512; ++r) all.push_back(r);
+  EXPECT_EQ(ranksPhrase(all), "ranks 1-511");
+  std::vector<int> gaps;
+  for (int r = 0; r < 512; ++r) {
+    if (r <= 255 || r == 300 || r >= 302) gaps.push_back(r);
+  }
+  EXPECT_EQ(joinRanks(gaps), "0-255, 300, 302-511");
+  EXPECT_EQ(joinRanks({0, 2, 4, 6, 8, 10, 12, 14, 16}), "0, 2, 4, 6, 8, 10, 12, 14, 16");
 }
 
 TEST(Stall, EveryRankWarnsOnceNamingTheTensorAndTheMissingRank) {

@@ -194,6 +194,19 @@ TEST(LocalJobs, ProgramsThatNeverCallInitStillFinish) {
   EXPECT_EQ(r.err, "");
 }
 
+// Many missing ranks are named in runs, on one line.
+TEST(LocalJobs, StartTimeoutNamesManyMissingRanksInRuns) {
+  std::string token = uniqueToken("arrive");
+  auto r = runKolorun(withProbe({"-np", "12", "--start-timeout", "2"},
+                                {"tag", token, "arrive-unless-rank", "1,2,3,4,5,6,7,8,9,11", "sleep",
+                                 "60"}));
+  EXPECT_EQ(r.exitCode, 124) << r.err;
+  EXPECT_NE(lastLine(r.err).find("ranks 1-9,11 (host localhost) did not reach rendezvous within 2 s"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(waitForNoProcessesWith(token, std::chrono::seconds(10)).empty());
+}
+
 TEST(LocalJobs, StartTimeoutNamesTheRanksThatNeverArrived) {
   std::string token = uniqueToken("arrive");
   auto r = runKolorun(withProbe({"-np", "4", "--start-timeout", "2"},

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "common/ranks_text.h"
 #include "kolo/error.h"
 
 namespace kolo {
@@ -66,11 +67,7 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
+std::string rankList(const std::vector<int>& ranks) { return "[" + joinRanks(ranks) + "]"; }
 
 std::string secondsText(int64_t ms) {
   char buf[32];
