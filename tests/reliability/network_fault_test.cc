@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <regex>
@@ -401,6 +402,110 @@ TEST_F(HierarchicalAcrossHosts, KilledRankIsNamedOnBothHosts) {
 
 TEST_F(HierarchicalAcrossHosts, StoppedRankIsNamedOnBothHosts) {
   expectLostRankNamed("stop-mid");
+}
+
+// Real ssh (issue 35): an sshd (Debian's openssh-server) in each namespace
+// host, key authentication, and kolorun without --rsh, as on a cluster. The
+// only stand-in is the client's settings: an `ssh` first on PATH that adds
+// `-F <this test's ssh_config>` (its key, its known hosts, user root) and
+// execs /usr/bin/ssh. kolorun and mpirun both start ssh from PATH.
+class RealSsh : public HierarchicalAcrossHosts {
+ protected:
+  void SetUp() override {
+    HierarchicalAcrossHosts::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (access("/usr/sbin/sshd", X_OK) != 0 || access("/usr/bin/ssh-keygen", X_OK) != 0) {
+      GTEST_SKIP() << "no /usr/sbin/sshd (Debian package openssh-server, which "
+                      "scripts/install-deps.sh installs); the real-ssh tests did not run";
+    }
+    const std::string d = scratch_.path();
+    ASSERT_TRUE(run("mkdir -p /run/sshd " + d + "/bin && ssh-keygen -q -t ed25519 -N '' -f " + d +
+                    "/host_key && ssh-keygen -q -t ed25519 -N '' -f " + d + "/id && cp " + d +
+                    "/id.pub " + d + "/authorized_keys"));
+    const std::string hostKey = capture("cat " + d + "/host_key.pub");
+    std::string knownHosts;
+    for (int host : {2, 3}) knownHosts += addr(host) + " " + hostKey;
+    writeFile(d + "/known_hosts", knownHosts);
+    writeFile(d + "/ssh_config", "Host *\n  User root\n  IdentityFile " + d + "/id\n" +
+                                     "  IdentitiesOnly yes\n  UserKnownHostsFile " + d +
+                                     "/known_hosts\n  StrictHostKeyChecking yes\n");
+    writeFile(d + "/bin/ssh", "#!/bin/sh\nexec /usr/bin/ssh -F " + d + "/ssh_config \"$@\"\n");
+    ASSERT_TRUE(run("chmod 755 " + d + "/bin/ssh"));
+    for (int i : {1, 2}) {
+      const std::string ns = prefix_ + std::to_string(i);
+      writeFile(d + "/sshd_" + ns, "ListenAddress " + addr(i + 1) + "\nHostKey " + d +
+                                       "/host_key\nAuthorizedKeysFile " + d +
+                                       "/authorized_keys\nPermitRootLogin prohibit-password\n"
+                                       "PasswordAuthentication no\nKbdInteractiveAuthentication "
+                                       "no\nUsePAM no\nStrictModes no\nPidFile " +
+                                       d + "/sshd_" + ns + ".pid\n");
+      std::string said = capture("ip netns exec " + ns + " /usr/sbin/sshd -f " + d + "/sshd_" + ns);
+      if (!said.empty() && access((d + "/sshd_" + ns + ".pid").c_str(), F_OK) != 0) {
+        GTEST_SKIP() << "sshd did not start in " << ns << ": " << said
+                     << "; the real-ssh tests did not run";
+      }
+    }
+    path_ = getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin";
+    setenv("PATH", (d + "/bin:" + path_).c_str(), 1);
+    // Each sshd answers once it listens (bounded: 10 s each).
+    for (int host : {2, 3}) {
+      bool up = false;
+      for (int k = 0; k < 100 && !up; ++k) {
+        up = run("ssh -o BatchMode=yes -o ConnectTimeout=2 " + addr(host) + " true 2>/dev/null");
+        if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      ASSERT_TRUE(up) << "ssh " << addr(host) << " true: "
+                      << capture("ssh -o BatchMode=yes " + addr(host) + " true");
+    }
+  }
+  void TearDown() override {
+    if (!path_.empty()) setenv("PATH", path_.c_str(), 1);
+    for (int i : {1, 2}) {
+      run("kill $(cat " + scratch_.path() + "/sshd_" + prefix_ + std::to_string(i) +
+          ".pid 2>/dev/null) 2>/dev/null");
+    }
+    HierarchicalAcrossHosts::TearDown();
+  }
+  static void writeFile(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  // kolorun [extra] -H both hosts KOLO_MP_WORKER sum: trains 20 steps and
+  // every rank prints OK.
+  void expectTrains(const std::vector<std::string>& extra, int ranksPerHost) {
+    std::vector<std::string> argv = {kolorunPath()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const std::string slots = ":" + std::to_string(ranksPerHost);
+    argv.insert(argv.end(), {"-H", addr(2) + slots + "," + addr(3) + slots, "--timeout-seconds",
+                             "10", KOLO_MP_WORKER, "sum", marker_});
+    Watchdog dog("real ssh", kSoftLimit, kHardLimit, marker_);
+    Running job(argv);
+    dog.watch(job.pid());
+    RunResult r = job.wait(kHardLimit - seconds(5));
+    dog.stop();
+    const std::string all = r.out + r.err;
+    EXPECT_EQ(r.exitCode, 0) << all;
+    for (int rank = 0; rank < 2 * ranksPerHost; ++rank) {
+      // kolorun tags "[r]", mpirun "[job,r]".
+      const std::string tag = std::to_string(rank) + "]<stdout>:OK";
+      EXPECT_TRUE(r.out.find("[" + tag) != std::string::npos ||
+                  r.out.find("," + tag) != std::string::npos)
+          << all;
+    }
+    EXPECT_TRUE(waitForNoProcessesWith(marker_, seconds(10)).empty()) << all;
+  }
+  std::string path_;
+};
+
+TEST_F(RealSsh, KolorunStartsRanksOnBothHostsOverSsh) { expectTrains({}, 2); }
+
+TEST_F(RealSsh, KolorunMpiStartsRanksOnBothHostsOverSsh) {
+  if (!run("command -v mpirun >/dev/null 2>&1")) {
+    GTEST_SKIP() << "no mpirun (Debian package openmpi-bin); kolorun --mpi over ssh did not run";
+  }
+  expectTrains({"--mpi"}, 1);
 }
 
 }  // namespace
