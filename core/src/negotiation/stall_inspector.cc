@@ -165,7 +165,11 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
       if (!p.what.empty()) whats.try_emplace(p.name, p.what);
     }
   }
-  std::vector<Stall> warn, fail;
+  // fail: past the shutdown time. stalled: past the check time (or, with no
+  // check time, the shutdown time); once one tensor fails the job, the
+  // message names all of these: tensors stalled in one deadlock start
+  // waiting moments apart, and the error shows the whole of it.
+  std::vector<Stall> warn, fail, stalled;
   std::set<std::string> stalledNow;
   for (const auto& [name, perRankAge] : ages) {
     Stall st;
@@ -185,7 +189,9 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
       stalledNow.insert(name);
       if (warned_.insert(name).second) warn.push_back(st);
     }
-    if (shutdownTime_.count() > 0 && st.ageMs >= shutdownTime_.count()) fail.push_back(st);
+    const bool failing = shutdownTime_.count() > 0 && st.ageMs >= shutdownTime_.count();
+    if (failing) fail.push_back(st);
+    if (failing || (checkTime_.count() > 0 && st.ageMs >= checkTime_.count())) stalled.push_back(st);
   }
   // A tensor that stopped stalling may be warned about again later.
   for (auto it = warned_.begin(); it != warned_.end();) {
@@ -215,7 +221,7 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
     report.shutdown = true;
     report.shutdownMessage = prefix + "stalled for more than " +
                              secondsText(shutdownTime_.count()) + " (" + shutdownSetting_ +
-                             "), shutting down: " + describe(fail);
+                             "), shutting down: " + describe(stalled);
   }
   return report;
 }
