@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "common/ranks_text.h"
 #include "job.h"
 #include "usage_error.h"
 
@@ -24,21 +25,6 @@ std::string plural(int n, const std::string& word) {
 }
 
 // "ranks 2,3 (host h2), rank 5 (host h3)".
-// "1,2"; more than 8 ranks fold each run of consecutive ones: "0-255,300",
-// so that thousands of missing ranks take a line, not a page.
-std::string rankRuns(const std::vector<int>& list) {
-  const bool fold = list.size() > 8;
-  std::string out;
-  for (size_t i = 0; i < list.size();) {
-    size_t last = i;
-    while (fold && last + 1 < list.size() && list[last + 1] == list[last] + 1) ++last;
-    out += (i ? "," : "") + std::to_string(list[i]);
-    if (last > i) out += "-" + std::to_string(list[last]);
-    i = last + 1;
-  }
-  return out;
-}
-
 std::string groupByHost(const std::vector<int>& ranks, const std::vector<RankPlacement>& where) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (int r : ranks) {
@@ -48,7 +34,7 @@ std::string groupByHost(const std::vector<int>& ranks, const std::vector<RankPla
   std::string out;
   for (const auto& [host, list] : groups) {
     if (!out.empty()) out += ", ";
-    out += (list.size() == 1 ? "rank " : "ranks ") + rankRuns(list) + " (host " + host + ")";
+    out += (list.size() == 1 ? "rank " : "ranks ") + joinRanks(list, ",") + " (host " + host + ")";
   }
   return out;
 }

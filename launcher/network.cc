@@ -1,7 +1,6 @@
 #include "network.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/rand.h>
@@ -12,9 +11,13 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "comm/tcp/interfaces.h"
 #include "hosts.h"
+#include "kolo/error.h"
 #include "usage_error.h"
 
 namespace kolo::launcher {
@@ -30,34 +33,23 @@ RendezvousEndpoint chooseRendezvous(const std::vector<std::string>& remoteHosts,
 }
 
 std::string interfaceAddress(const std::string& ifaces) {
-  struct ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) {
-    throw UsageError("cannot list network interfaces: " + std::string(std::strerror(errno)));
-  }
   std::map<std::string, std::string> here;  // name -> its first IPv4 address
-  for (auto* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    char text[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
-              sizeof(text));
-    here.emplace(a->ifa_name, text);
+  std::vector<std::string> names;
+  try {
+    here = comm::tcp::ipv4Interfaces();
+    names = comm::tcp::interfaceNames(ifaces);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
   }
-  freeifaddrs(list);
-  size_t begin = 0;
-  while (begin <= ifaces.size()) {
-    size_t end = ifaces.find(',', begin);
-    if (end == std::string::npos) end = ifaces.size();
-    if (auto it = here.find(ifaces.substr(begin, end - begin)); it != here.end()) {
-      return it->second;
-    }
-    begin = end + 1;
+  for (const auto& name : names) {
+    if (auto it = here.find(name); it != here.end()) return it->second;
   }
   std::string known;
   for (const auto& [name, address] : here) known += (known.empty() ? "" : ", ") + name;
-  const bool several = ifaces.find(',') != std::string::npos;
+  const bool several = names.size() > 1;
   throw UsageError((several ? "--network-interfaces " : "--network-interface ") + ifaces +
                    (several ? ": none of these interfaces has an IPv4 address on this host"
-                         : ": no such interface with an IPv4 address on this host") +
+                            : ": no such interface with an IPv4 address on this host") +
                    "; interfaces here: " + known);
 }
 

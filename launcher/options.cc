@@ -216,9 +216,8 @@ void addElasticFlags(CLI::App& app, Options& o) {
 
 void addRendezvousFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
   app.add_option("--network-interface", h.networkInterface,
-                 "interface whose IPv4 address workers use to reach kolorun's rendezvous "
-                 "store; also sets KOLO_IFACE for the data plane (repeatable: each host "
-                 "uses the first it has)")
+                 "interface whose IPv4 address workers use to reach kolorun's store; also "
+                 "KOLO_IFACE for the data plane (repeatable: each host uses the first it has)")
       ->allow_extra_args(false)
       ->group("Rendezvous");
   app.add_option("--network-interfaces", h.networkInterfaces,

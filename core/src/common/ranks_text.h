@@ -13,13 +13,14 @@ namespace kolo {
 constexpr size_t kRanksListedOneByOne = 8;
 
 // "0, 2"; a longer list folds each run of consecutive ranks: "0-3, 5, 7-9".
-inline std::string joinRanks(const std::vector<int>& ranks) {
+// separator: between entries (kolorun's messages use ",").
+inline std::string joinRanks(const std::vector<int>& ranks, const char* separator = ", ") {
   const bool fold = ranks.size() > kRanksListedOneByOne;
   std::string s;
   for (size_t i = 0; i < ranks.size();) {
     size_t last = i;
     while (fold && last + 1 < ranks.size() && ranks[last + 1] == ranks[last] + 1) ++last;
-    s += (i ? ", " : "") + std::to_string(ranks[i]);
+    s += (i ? separator : "") + std::to_string(ranks[i]);
     if (last > i) s += "-" + std::to_string(ranks[last]);
     i = last + 1;
   }

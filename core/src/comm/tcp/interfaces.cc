@@ -14,9 +14,8 @@
 #include "kolo/error.h"
 
 namespace kolo::comm::tcp {
-namespace {
 
-std::vector<std::string> splitList(const std::string& list) {
+std::vector<std::string> interfaceNames(const std::string& list) {
   std::vector<std::string> names;
   size_t begin = 0;
   while (begin <= list.size()) {
@@ -31,7 +30,6 @@ std::vector<std::string> splitList(const std::string& list) {
   return names;
 }
 
-// This host's interfaces with an IPv4 address: name -> the first address.
 std::map<std::string, std::string> ipv4Interfaces() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) {
@@ -50,10 +48,8 @@ std::map<std::string, std::string> ipv4Interfaces() {
   return found;
 }
 
-}  // namespace
-
 LocalInterface chooseInterface(const std::string& list) {
-  const std::vector<std::string> names = splitList(list);
+  const std::vector<std::string> names = interfaceNames(list);
   const std::map<std::string, std::string> here = ipv4Interfaces();
   for (const auto& name : names) {
     if (auto it = here.find(name); it != here.end()) return {name, it->second};

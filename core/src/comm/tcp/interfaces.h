@@ -1,9 +1,18 @@
 #pragma once
 // The network interface a rank uses for its data plane (KOLO_IFACE).
 
+#include <map>
 #include <string>
+#include <vector>
 
 namespace kolo::comm::tcp {
+
+/// The names of `list` (one name, or names separated by commas); throws
+/// InvalidArgument on an empty name.
+std::vector<std::string> interfaceNames(const std::string& list);
+
+/// This host's interfaces with an IPv4 address: name -> its first address.
+std::map<std::string, std::string> ipv4Interfaces();
 
 /// An interface of this host and its IPv4 address.
 struct LocalInterface {
