@@ -130,6 +130,59 @@ TEST(HostRuntime, EventsRecordedUnderCaptureAreCaptured) {
   rt.destroyEvent(e);
 }
 
+// CUDA's capture modes: while a thread captures in global mode, a
+// potentially unsafe call from another thread in global mode fails and
+// invalidates the capture; a pinned thread (kolo's) is in thread-local mode
+// and breaks nothing, and the any-thread queries switch an unpinned caller
+// for the call.
+TEST(HostRuntime, AGlobalCaptureIsBrokenOnlyByGlobalModeThreads) {
+  HostRuntime rt(1);
+  Stream user = rt.createStream(0);
+  Stream other = rt.createStream(0);
+  Event e = rt.createEvent(0, false);
+  rt.record(e, other);
+  auto onThread = [](auto fn) { std::thread t(fn); t.join(); };
+
+  rt.beginCapture(user);
+  onThread([&] { EXPECT_THROW(rt.synchronize(other), Internal); });
+  std::string why;
+  EXPECT_FALSE(rt.endCapture(user, &why));
+  EXPECT_EQ(why, "cudaStreamSynchronize");
+
+  rt.beginCapture(user);
+  onThread([&] {
+    rt.pinThread(0);  // kolo's threads: thread-local mode from here on
+    rt.synchronize(other);
+    void* p = rt.allocDevice(0, 16);
+    rt.freeDevice(p);
+  });
+  onThread([&] {  // unpinned: the any-thread queries are safe
+    EXPECT_TRUE(rt.reached(e));
+    EXPECT_TRUE(rt.streamError(other).ok());
+    EXPECT_TRUE(rt.settleFor(other, std::chrono::seconds(5)));
+  });
+  EXPECT_TRUE(rt.endCapture(user, &why)) << why;
+
+  // A thread-local capture is broken only by its own thread.
+  rt.beginCapture(user, HostRuntime::CaptureMode::kThreadLocal);
+  onThread([&] { rt.synchronize(other); });
+  EXPECT_TRUE(rt.endCapture(user, &why)) << why;
+  rt.beginCapture(user, HostRuntime::CaptureMode::kThreadLocal);
+  EXPECT_THROW(rt.synchronize(other), Internal);
+  EXPECT_FALSE(rt.endCapture(user));
+  // A relaxed thread breaks nothing.
+  rt.beginCapture(user);
+  onThread([&] {
+    (void)rt.exchangeCaptureMode(HostRuntime::CaptureMode::kRelaxed);
+    rt.synchronize(other);
+  });
+  EXPECT_TRUE(rt.endCapture(user, &why)) << why;
+
+  rt.destroyEvent(e);
+  rt.destroyStream(other);
+  rt.destroyStream(user);
+}
+
 TEST(HostRuntime, AThreadIsPinnedOnceAndNeverSwitches) {
   HostRuntime rt(2);
   EXPECT_EQ(rt.currentDevice(), -1);

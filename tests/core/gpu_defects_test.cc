@@ -252,14 +252,132 @@ TEST(GpuOrchestration, AReadyEventUnderGraphCaptureIsRefused) {
   auto rt = std::make_shared<HostRuntime>(2);
   test::spawn(2, [&](int rank, Engine& engine) {
     UserStream user(*rt, rank);
-    rt->beginCapture(user.stream);
-    rt->record(user.ready, user.stream);
     DeviceFloats t(*rt, rank, 4);
-    const Status s = settle(allreduce(engine, "captured", t, rank, user.ready));
+    rt->beginCapture(user.stream, HostRuntime::CaptureMode::kThreadLocal);
+    rt->record(user.ready, user.stream);
+    const Handle h = allreduce(engine, "captured", t, rank, user.ready);
+    // The capturing thread itself may not query; it ends its capture first.
+    while (!h.poll()) std::this_thread::sleep_for(1ms);
     rt->endCapture(user.stream);
+    const Status s = settle(h);
     ASSERT_FALSE(s.ok());
     EXPECT_TRUE(mentions(s, "captured into a CUDA graph")) << s.message;
   }, gpuConfig(rt));
+}
+
+// Second review, 1: a thread of the user's captures a CUDA graph in global
+// mode (torch.cuda.graph's default) through all of kolo's work, engine
+// start and shutdown included. kolo's threads query, synchronize (host
+// staging), allocate and free meanwhile; none of it may break the capture.
+// On a GPU it did: over gloo staging the loop thread's cudaStreamSynchronize
+// failed with cudaErrorStreamCaptureUnsupported and invalidated the
+// capture (scripts/gpu-check, tests/gpu/capture_in_flight.py).
+class CaptureOnAUserThread : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CaptureOnAUserThread, SurvivesKolosWorkStartAndShutdown) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  Config config = gpuConfig(rt);
+  config.gpuOperations = GetParam();
+  // Allocated before the capture: the test's own cudaMalloc would break it.
+  std::vector<std::unique_ptr<DeviceFloats>> tensors[2];
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 3; ++i) tensors[r].push_back(std::make_unique<DeviceFloats>(*rt, r, 1024));
+  }
+  std::promise<void> began, over;
+  std::string why;
+  bool valid = false;
+  std::thread user([&] {
+    const device::Stream s = rt->createStream(0);
+    rt->beginCapture(s);
+    began.set_value();
+    (void)over.get_future().wait_for(kLimit);
+    valid = rt->endCapture(s, &why);
+    rt->destroyStream(s);
+  });
+  began.get_future().wait();
+  test::spawn(2, [&](int rank, Engine& engine) {
+    std::vector<Handle> handles;
+    for (int i = 0; i < 3; ++i) {
+      for (size_t k = 0; k < tensors[rank][i]->n; ++k) tensors[rank][i]->data[k] = float(rank + 1);
+      handles.push_back(allreduce(engine, "inflight." + std::to_string(i), *tensors[rank][i], rank));
+    }
+    for (const Handle& h : handles) EXPECT_TRUE(settle(h).ok()) << "rank " << rank;
+    EXPECT_EQ(tensors[rank][2]->data[0], 3.0f);
+  }, config);
+  over.set_value();
+  user.join();
+  EXPECT_TRUE(valid) << "kolo broke the user's graph capture with " << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, CaptureOnAUserThread, ::testing::Values("nccl", "gloo"));
+
+// Second review, 6: a rank that joins before it ever had a CUDA tensor
+// takes part on its local rank's device among the devices it sees. With
+// one GPU per rank (CUDA_VISIBLE_DEVICES) that is device 0: its local rank
+// (1 here) names no device at all.
+TEST(GpuOrchestration, AJoinedRankWithOneVisibleDeviceTakesPartOnIt) {
+  auto rt = std::make_shared<HostRuntime>(1);  // each rank sees one device
+  test::spawn(2, [&](int rank, Engine& engine) {
+    if (rank == 1) {
+      EXPECT_TRUE(settle(engine.join()).ok()) << "rank 1";
+      return;
+    }
+    DeviceFloats t(*rt, 0, 4);
+    std::fill(t.data, t.data + t.n, 2.0f);
+    const Status s = settle(allreduce(engine, "with.a.joined.rank", t, 0));
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(t.data[3], 2.0f);  // rank 1 added its zeros
+    EXPECT_TRUE(settle(engine.join()).ok()) << "rank 0";
+  }, gpuConfig(rt));
+}
+
+// Second review, 5: the loop thread waits on the device (host staging's
+// copy to the host) behind a producer of the user's that does not finish.
+// A peer's failure meanwhile ends the wait within moments, and the op fails
+// naming the peer; before, the wait only ended with the producer.
+TEST(GpuOrchestration, APeersFailureEndsTheLoopThreadsWaitOnTheDevice) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  Config config = gpuConfig(rt, 3s);  // the drain after the failure waits this long
+  config.gpuOperations = "gloo";
+  std::promise<void> waiting;  // rank 0's loop thread waits on cuda:0
+  std::once_flag once;
+  rt->beforeWaits([&](int device) {
+    if (device == 0) std::call_once(once, [&] { waiting.set_value(); });
+  });
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  Status got;
+  std::chrono::steady_clock::duration took{};
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 64);
+    if (rank == 1) {
+      const Handle h = allreduce(engine, "behind.a.held.producer", t, 1);
+      (void)waiting.get_future().wait_for(kLimit);
+      engine.abort("rank 1 gives up");
+      (void)settle(h);
+      return;
+    }
+    UserStream user(*rt, 0);
+    user.holdUntil(released);
+    const auto start = std::chrono::steady_clock::now();
+    got = settle(allreduce(engine, "behind.a.held.producer", t, 0, user.ready));
+    took = std::chrono::steady_clock::now() - start;
+    release.set_value();
+    // The copy queued behind the producer runs now; t lives until it did.
+    const auto deadline = std::chrono::steady_clock::now() + kLimit;
+    while (!rt->idle(0) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }, config);
+  rt->beforeWaits(nullptr);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(mentions(got, "rank 1")) << got.message;
+  // The abort ends the wait within a poll (0.1 s), then the drain waits
+  // its 3 s for the stream; before, the op waited for the producer, which
+  // the test holds for 30 s.
+  EXPECT_LT(took, 15s) << "the op failed after "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                       << " ms: " << got.message;
 }
 
 // Defect 8: shutting down with GPU work in flight ends cleanly: every

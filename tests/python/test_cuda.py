@@ -127,6 +127,14 @@ def test_synchronize_returns_before_the_gpu_is_done():
         pytest.skip("KOLO_GPU_OPERATIONS is not nccl: staging waits for the GPU")
     n = hvd.size()
     x = torch.ones(1 << 20, device=device())
+    # Every kernel of the test runs once before the GPU is kept busy: under
+    # CUDA's lazy module loading a kernel's first launch loads it, and that
+    # waits for the busy GPU on the host (an H200 showed 0.54 s in x.mul_),
+    # which would look like kolo waiting.
+    x.mul_(2.0)
+    hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name="g.twostage.warm"))
+    x.fill_(1.0)
+    torch.cuda.synchronize()
     # Keep the current stream busy for a while (~0.5 s at ~1-2 GHz), then
     # produce the input behind that.
     torch.cuda._sleep(1 << 30)
@@ -146,8 +154,14 @@ def test_optimizer_step_waits_on_the_stream_not_the_host():
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    before = model.weight.detach().clone()
     x = torch.ones(8, 256, device=device())
+    # One whole step first: every kernel (cuBLAS's included) is loaded
+    # before the GPU is kept busy (see the test above).
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    torch.cuda.synchronize()
+    before = model.weight.detach().clone()
     torch.cuda._sleep(1 << 30)
     model(x).sum().backward()
     grad = model.weight.grad.detach().clone()  # this rank's gradient (identical on every rank)

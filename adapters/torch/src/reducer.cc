@@ -203,6 +203,12 @@ struct GradientReducer::Impl {
     // the caller's. Re-recording is safe: the previous step's submission
     // was enqueued (synchronize waited for that) before this one.
     entry.readyEvent = b.ready.record(work);
+    // The bucket's memory lives until the engine is done with it, as every
+    // other op's: the engine drops onDone once the device stopped touching
+    // the buffer, and keeps it for good when the device is wedged. Without
+    // it, ~GradientReducer or reset_step would free memory a device that
+    // did not stop may still write.
+    entry.onDone = [keep = work](const Status&) {};
     b.handle = ctx->engine().enqueue(std::move(request), std::move(entry));
     ++requests;
   }

@@ -28,6 +28,18 @@
 // calling thread's device, which pinThread() sets: kolo's own threads pin
 // themselves once and never switch back.
 //
+// Graph capture (CUDA's stream capture modes): while a thread of the user's
+// captures a CUDA graph in global mode (torch.cuda.graph's default), a
+// potentially unsafe call (a query, a synchronize, an allocation or free)
+// from any other thread in global mode fails and invalidates that capture.
+// pinThread() therefore also switches the thread to thread-local capture
+// mode, for good: kolo's threads never break a user's capture. The methods
+// any thread may call (reached, captured, elapsedMs, settleFor,
+// streamError) switch an unpinned caller for the call only. The others that
+// are potentially unsafe (createStream, destroyStream, createEvent,
+// synchronize, allocDevice, freeDevice, allocPinned, freePinned) are for
+// pinned threads.
+//
 // Handles are opaque; for CUDA they are the cudaStream_t / cudaEvent_t
 // values themselves, so an Event may come from the user's framework.
 #pragma once
@@ -59,13 +71,15 @@ class Runtime {
   virtual const char* name() const = 0;
 
   // The calling thread works on device from now on. The first call on a
-  // thread makes it current (its failure throws Internal); a later call
-  // with the same device costs nothing; another device throws Internal (a
-  // kolo thread never switches devices, and never "restores" one it did not
-  // have).
+  // thread makes it current (its failure throws Internal) and switches the
+  // thread to thread-local capture mode (above); a later call with the same
+  // device costs nothing; another device throws Internal (a kolo thread
+  // never switches devices, and never "restores" one it did not have).
   virtual void pinThread(int device) = 0;
   // The device ptr's memory lives on, -1 for host memory and nullptr.
   virtual int deviceOf(const void* ptr) = 0;
+  // How many devices this process sees (CUDA_VISIBLE_DEVICES applied).
+  virtual int deviceCount() = 0;
 
   // A stream on device (non-blocking with respect to other streams).
   virtual Stream createStream(int device) = 0;
@@ -81,7 +95,8 @@ class Runtime {
   virtual bool reached(Event event) = 0;
   // Whether event was recorded on a stream being captured into a graph
   // (CUDA graphs): waiting on it would pull the waiting stream into the
-  // capture.
+  // capture. Throws on a fault or an unusable event (never "not captured"
+  // for an error).
   virtual bool captured(Event event) = 0;
   // Milliseconds between two reached timing events; false if unknown.
   virtual bool elapsedMs(Event from, Event to, float* ms) noexcept = 0;

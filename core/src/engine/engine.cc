@@ -116,6 +116,14 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
     }
   }
   store = generationStore(identity, rootStore);
+  if (gpuDevices) {
+    // A wait of the loop thread on the device (host staging) gives up when
+    // a rank, this one included (Engine::abort), published an abort, and
+    // after KOLO_TIMEOUT: the loop thread then fails its ops naming why.
+    gpuDevices->bound(config.timeout, [store = store, size = identity.size] {
+      return publishedAbort(*store, size);
+    });
+  }
   rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
   localAddress = localAddressFor(identity, *rootStore);
 

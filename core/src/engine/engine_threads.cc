@@ -21,6 +21,15 @@ void Engine::Impl::loopOnLoop() {
     gate->engine = nullptr;
   }
   finishOnLoop();
+  // The process sets' backends and the GPU state end here, on the thread
+  // that worked with them: pinned to the rank's device and in thread-local
+  // capture mode (device/runtime.h). The comm streams' drain and destroy,
+  // the buffers' frees and NCCL's finalize would otherwise run on the
+  // thread that destroys the engine (kolo::shutdown's caller), which may
+  // never have set a device (a context on GPU 0) and may break a graph
+  // capture of the user's.
+  sets.clear();
+  gpuDevices.reset();
 }
 
 void Engine::Impl::finishOnLoop() {

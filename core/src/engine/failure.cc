@@ -24,6 +24,21 @@ void publishAbort(Store& store, int rank, const std::string& message) {
   }
 }
 
+Status publishedAbort(Store& store, int size) {
+  for (int r = 0; r < size; ++r) {
+    if (!store.check(abortKey(r))) continue;
+    std::string message;
+    try {
+      const std::vector<char> bytes = store.get(abortKey(r), std::chrono::seconds(1));
+      message.assign(bytes.begin(), bytes.end());
+    } catch (const std::exception&) {
+      message = "(its message could not be read)";
+    }
+    return Status{ErrorCode::kPeerFailure, "rank " + std::to_string(r) + " failed: " + message};
+  }
+  return Status::Ok();
+}
+
 Status stopStatus(const StopInfo& info, int myRank) {
   if (!info.abortedRanks.empty()) {
     std::string msg;

@@ -15,6 +15,9 @@ namespace kolo {
 // Leaves this rank's abort message in the store so peers can name it even
 // if the abort exchange itself cannot complete. Best effort, never throws.
 void publishAbort(Store& store, int rank, const std::string& message);
+// The first of ranks 0..size-1 that published an abort (publishAbort), as
+// a PeerFailure naming it and its message; ok when none did. Store reads.
+Status publishedAbort(Store& store, int size);
 
 // The status pending operations fail with after a coordinated stop.
 Status stopStatus(const StopInfo& info, int myRank);

@@ -65,8 +65,12 @@ int GpuPath::deviceOf(const Response& r, const std::vector<PendingOp*>& ops) {
     device = d;
   }
   if (device >= 0) return device;
-  // Joined: take part on the rank's device (its local rank before any).
-  return g.pinned() >= 0 ? g.pinned() : lastDevice_;
+  // Joined: take part on the rank's device; before it has one, on its
+  // local rank's among the devices it sees (one, under a launcher that
+  // gives each rank its own GPU through CUDA_VISIBLE_DEVICES).
+  if (g.pinned() >= 0) return g.pinned();
+  const int visible = g.deviceCount();
+  return visible > 0 ? lastDevice_ % visible : lastDevice_;
 }
 
 void* GpuPath::allocate(PendingOp& op, int device, const std::vector<int64_t>& shape) {

@@ -56,6 +56,7 @@ DeviceContext::DeviceContext(std::shared_ptr<device::Runtime> runtime, int devic
 DeviceContext::~DeviceContext() {
   // destroyStream waits for the stream's work: nothing uses the buffers then.
   runtime_->destroyStream(stream_);
+  freeRetired(/*all=*/true);
   if (fusion_.data != nullptr) runtime_->freeDevice(fusion_.data);
   if (scratch_.data != nullptr) runtime_->freeDevice(scratch_.data);
   if (staging_.data != nullptr) runtime_->freePinned(staging_.data);
@@ -64,10 +65,13 @@ DeviceContext::~DeviceContext() {
 void* DeviceContext::grow(Buffer& buffer, size_t bytes, bool pinned) {
   if (bytes <= buffer.capacity && buffer.data != nullptr) return buffer.data;
   const size_t next = grownCapacity(buffer.capacity, std::max<size_t>(bytes, 1));
+  freeRetired(/*all=*/false);
   if (buffer.data != nullptr) {
-    // Work queued on the stream may still read or write the old block.
-    synchronize();
-    pinned ? runtime_->freePinned(buffer.data) : runtime_->freeDevice(buffer.data);
+    // Work queued on the stream may still read or write the old block: it
+    // goes once the stream passed that work. Waiting for it here would
+    // hold the loop thread behind whatever the stream waits for (a peer's
+    // collective, a producer's kernel) and hide a peer's failure from it.
+    retired_.push_back(Retired{buffer.data, pinned, record()});
     buffer.data = nullptr;
     buffer.capacity = 0;
   }
@@ -118,7 +122,55 @@ void DeviceContext::launchHostFunc(void (*fn)(void*), void* arg) {
   runtime_->hostFunc(stream_, fn, arg);
 }
 
-void DeviceContext::synchronize() { runtime_->synchronize(stream_); }
+void DeviceContext::freeRetired(bool all) noexcept {
+  auto keep = retired_.begin();
+  for (Retired& r : retired_) {
+    bool done = all;
+    if (!done) {
+      try {
+        done = runtime_->reached(static_cast<device::Event>(r.done.get()));
+      } catch (const std::exception&) {
+        done = false;  // a fault: the context's end frees it, or keeps it
+      }
+    }
+    if (done) {
+      r.pinned ? runtime_->freePinned(r.data) : runtime_->freeDevice(r.data);
+    } else {
+      *keep++ = std::move(r);
+    }
+  }
+  retired_.erase(keep, retired_.end());
+}
+
+void DeviceContext::bound(std::chrono::milliseconds limit, std::function<Status()> interrupt) {
+  limit_ = limit;
+  interrupt_ = std::move(interrupt);
+}
+
+void DeviceContext::synchronize() {
+  if (limit_.count() <= 0 && !interrupt_) {
+    runtime_->synchronize(stream_);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (!runtime_->settleFor(stream_, kInterruptPoll)) {
+    if (interrupt_) {
+      const Status why = interrupt_();
+      if (!why.ok()) {
+        throw PeerFailure("gave up waiting for cuda:" + std::to_string(device_) +
+                          "'s comm stream: " + why.message);
+      }
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (limit_.count() > 0 && waited > limit_) {
+      throw Timeout("cuda:" + std::to_string(device_) + "'s comm stream did not finish its work " +
+                    "within " + std::to_string(limit_.count()) +
+                    " ms (KOLO_TIMEOUT): a kernel before kolo's work, or kolo's own, does not "
+                    "end");
+    }
+  }
+  runtime_->synchronize(stream_);  // idle or faulted: returns at once, throws a fault
+}
 
 DeviceSet::DeviceSet(std::shared_ptr<device::Runtime> runtime,
                      std::chrono::milliseconds drainLimit)
@@ -140,6 +192,7 @@ DeviceContext& DeviceSet::at(int device) {
   auto it = contexts_.find(device);
   if (it == contexts_.end()) {
     it = contexts_.emplace(device, std::make_unique<DeviceContext>(runtime_, device)).first;
+    it->second->bound(limit_, [this] { return interrupted(); });
   }
   return *it->second;
 }
@@ -185,11 +238,33 @@ void DeviceSet::onStop(std::function<void(const Status&)> abort) {
   stops_.push_back(std::move(abort));
 }
 
+void DeviceSet::bound(std::chrono::milliseconds limit, std::function<Status()> interrupt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_ = limit;
+  interrupt_ = std::move(interrupt);
+}
+
+Status DeviceSet::interrupted() const {
+  std::function<Status()> interrupt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_.ok()) return stopped_;
+    interrupt = interrupt_;
+  }
+  if (!interrupt) return Status::Ok();
+  try {
+    return interrupt();
+  } catch (const std::exception&) {
+    return Status::Ok();  // a check that failed is no reason to give up
+  }
+}
+
 void DeviceSet::stopAll(const Status& why) noexcept {
   std::vector<std::function<void(const Status&)>> stops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stops = stops_;
+    if (stopped_.ok()) stopped_ = why.ok() ? Status{ErrorCode::kPeerFailure, "stopped"} : why;
   }
   for (auto& stop : stops) {
     try {

@@ -73,7 +73,8 @@ class DeviceContext {
   device::Runtime& runtime() { return *runtime_; }
 
   // The fusion buffer: at least bytes, reused across responses. Growing it
-  // waits for the stream first (queued work may still use the old block).
+  // never waits: the old block is freed once the stream passed the work
+  // queued so far (the next growth or the context's end sees to it).
   void* fusion(size_t bytes) { return grow(fusion_, bytes, /*pinned=*/false); }
   // Second device buffer (reduce-scatter input with a prescale, neutral
   // buffers of joined ranks).
@@ -117,8 +118,14 @@ class DeviceContext {
   // functions on this stream point at.
   void keepAlive(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
   // Blocks the calling thread until the stream is idle; throws Internal on
-  // a device fault. Any thread.
+  // a device fault. Bounded: it polls, and gives up with the interrupt's
+  // error (a peer failed, the engine aborts) or, past the limit, Timeout
+  // (see bound()). Any thread.
   void synchronize();
+  // What synchronize() polls while it waits: interrupt (ok: go on) at
+  // least every kInterruptPoll, and the limit. DeviceSet sets it.
+  void bound(std::chrono::milliseconds limit, std::function<Status()> interrupt);
+  static constexpr std::chrono::milliseconds kInterruptPoll{100};
   // The device's sticky fault, ok while none. Any thread, never blocks.
   Status error() noexcept { return runtime_->streamError(stream_); }
 
@@ -128,6 +135,15 @@ class DeviceContext {
     size_t capacity = 0;
   };
   void* grow(Buffer& buffer, size_t bytes, bool pinned);
+  // A block the stream may still use, freed once done was reached.
+  struct Retired {
+    void* data;
+    bool pinned;
+    std::shared_ptr<void> done;
+  };
+  // Frees the retired blocks whose work is done (all: every one, after
+  // the stream was destroyed).
+  void freeRetired(bool all) noexcept;
 
   const std::shared_ptr<device::Runtime> runtime_;
   const int device_;
@@ -140,6 +156,9 @@ class DeviceContext {
   std::shared_ptr<EventPool> doneEvents_;
   std::shared_ptr<EventPool> timingEvents_;
   std::vector<std::shared_ptr<void>> kept_;  // released after the stream is destroyed
+  std::vector<Retired> retired_;
+  std::chrono::milliseconds limit_{0};  // 0: synchronize() waits without a limit
+  std::function<Status()> interrupt_;
 };
 
 class DeviceSet {
@@ -187,7 +206,14 @@ class DeviceSet {
   // set's failure (they share the streams). Any thread.
   void stopAll(const Status& why) noexcept;
 
+  // Bounds every context's synchronize() (DeviceContext::bound): by limit,
+  // and by interrupt (a peer's failure, the engine's abort), besides a
+  // stopAll() since. Set before the first at(). The engine sets it.
+  void bound(std::chrono::milliseconds limit, std::function<Status()> interrupt);
+
  private:
+  Status interrupted() const;
+
   std::shared_ptr<device::Runtime> runtime_;
   const std::chrono::milliseconds drainLimit_;
   std::atomic<bool> wedged_{false};
@@ -195,6 +221,9 @@ class DeviceSet {
   mutable std::mutex mu_;  // guards contexts_ and stops_ (watcher threads drain too)
   std::map<int, std::unique_ptr<DeviceContext>> contexts_;
   std::vector<std::function<void(const Status&)>> stops_;
+  Status stopped_;  // the first stopAll's why
+  std::chrono::milliseconds limit_{0};
+  std::function<Status()> interrupt_;
 };
 
 }  // namespace kolo::comm::cuda

@@ -67,6 +67,7 @@ class GpuExecutor final : public GpuOps {
 
   void pin(int device, const std::string& what) override { devices_->pin(device, what); }
   int pinned() const override { return devices_->pinned(); }
+  int deviceCount() override { return devices_->runtime().deviceCount(); }
   // The comm stream of device waits for event; the host does not block.
   void waitReady(int device, void* event) override;
   bool captured(int device, void* event) override;

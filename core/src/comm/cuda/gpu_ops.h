@@ -94,6 +94,8 @@ class GpuOps {
   // what names the tensor. The pinned device, -1 before.
   virtual void pin(int device, const std::string& what) = 0;
   virtual int pinned() const = 0;
+  // How many devices the process sees.
+  virtual int deviceCount() = 0;
 
   // The comm stream of device waits for cudaEvent (a cudaEvent_t recorded
   // by the tensor's producer); the host does not block.

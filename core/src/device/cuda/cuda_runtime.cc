@@ -23,7 +23,29 @@ cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
 cudaEvent_t native(Event e) { return reinterpret_cast<cudaEvent_t>(e); }
 
 // The device the calling thread was pinned to by pinThread (-1: none).
+// A pinned thread is in thread-local capture mode for good.
 thread_local int tPinned = -1;
+
+// For its life, an unpinned caller is in thread-local capture mode: its
+// query does not invalidate another thread's global-mode graph capture
+// (device/runtime.h). Costs nothing on a pinned thread.
+class CaptureSafe {
+ public:
+  CaptureSafe() {
+    if (tPinned >= 0) return;
+    mode_ = cudaStreamCaptureModeThreadLocal;
+    switched_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess;
+  }
+  ~CaptureSafe() {
+    if (switched_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  CaptureSafe(const CaptureSafe&) = delete;
+  CaptureSafe& operator=(const CaptureSafe&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeGlobal;
+  bool switched_ = false;
+};
 
 }  // namespace
 
@@ -36,10 +58,20 @@ void CudaRuntime::pinThread(int device) {
                    " and was asked to switch to cuda:" + std::to_string(device));
   }
   comm::cuda::useDevice(device);  // a failing cudaSetDevice throws here
+  // kolo's queries and synchronizes must not break a user's global-mode
+  // graph capture on another thread (pytorch's NCCL watchdog hit that).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+  KOLO_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   tPinned = device;
 }
 
 int CudaRuntime::deviceOf(const void* ptr) { return comm::cuda::deviceOf(ptr); }
+
+int CudaRuntime::deviceCount() {
+  int n = 0;
+  KOLO_CUDA_CHECK(cudaGetDeviceCount(&n));
+  return n;
+}
 
 Stream CudaRuntime::createStream(int device) {
   pinThread(device);
@@ -74,6 +106,7 @@ void CudaRuntime::wait(Stream stream, Event event) {
 }
 
 bool CudaRuntime::reached(Event event) {
+  CaptureSafe safe;
   const cudaError_t err = cudaEventQuery(native(event));
   if (err == cudaSuccess) return true;
   if (err == cudaErrorNotReady) {
@@ -86,16 +119,23 @@ bool CudaRuntime::reached(Event event) {
 bool CudaRuntime::captured(Event event) {
   // An event last recorded in a capturing stream cannot be queried: that is
   // how the host learns it belongs to a graph being built.
+  CaptureSafe safe;
   const cudaError_t err = cudaEventQuery(native(event));
   if (err == cudaErrorCapturedEvent) {
     (void)cudaGetLastError();
     return true;
   }
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  return false;
+  if (err == cudaSuccess || err == cudaErrorNotReady) {
+    if (err == cudaErrorNotReady) (void)cudaGetLastError();
+    return false;
+  }
+  // Anything else (a fault, an invalid event) is not "not captured": the
+  // caller's error names it.
+  comm::cuda::throwCudaError(err, "cudaEventQuery(ready event)");
 }
 
 bool CudaRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
+  CaptureSafe safe;
   if (cudaEventElapsedTime(ms, native(from), native(to)) == cudaSuccess) return true;
   (void)cudaGetLastError();
   return false;
@@ -154,6 +194,7 @@ void CudaRuntime::synchronize(Stream stream) {
 
 bool CudaRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
   // Polled, not cudaStreamSynchronize: that call cannot be given up on.
+  CaptureSafe safe;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {
     const cudaError_t err = cudaStreamQuery(native(stream));
@@ -175,6 +216,7 @@ bool CudaRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noex
 Status CudaRuntime::streamError(Stream stream) noexcept {
   // cudaStreamQuery returns a sticky fault of the context (an illegal
   // address in any kernel) without waiting; NotReady and Success are fine.
+  CaptureSafe safe;
   const cudaError_t err = cudaStreamQuery(native(stream));
   if (err == cudaSuccess || err == cudaErrorNotReady) {
     if (err == cudaErrorNotReady) (void)cudaGetLastError();

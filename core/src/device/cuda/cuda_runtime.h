@@ -25,6 +25,7 @@ class CudaRuntime final : public Runtime {
   const char* name() const override { return "cuda"; }
   void pinThread(int device) override;
   int deviceOf(const void* ptr) override;
+  int deviceCount() override;
   Stream createStream(int device) override;
   void destroyStream(Stream stream) noexcept override;
   Event createEvent(int device, bool timing) override;

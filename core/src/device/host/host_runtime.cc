@@ -1,6 +1,7 @@
 #include "device/host/host_runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -13,13 +14,49 @@ namespace kolo::device::host {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+std::atomic<uint64_t> gRuntimes{0};  // HostRuntime::id_
+
+// What CUDA keeps per thread: its current device (once pinned) and its
+// capture mode, per runtime.
+struct ThreadState {
+  std::map<uint64_t, int> pinned;
+  std::map<uint64_t, uint8_t> modes;  // CaptureMode; absent: kGlobal
+};
+thread_local ThreadState tThread;
+
+}  // namespace
+
 struct HostRuntime::HostStream {
   int device = 0;
   std::deque<Task> tasks;  // guarded by the runtime's mu_
   bool busy = false;       // a task runs now
   bool stop = false;
   bool capturing = false;
+  CaptureMode captureMode = CaptureMode::kGlobal;
+  std::thread::id captureOwner;  // the thread that began the capture
+  std::string invalidatedBy;     // the prohibited call that broke the capture
   std::thread thread;
+};
+
+class HostRuntime::CallerSafe {
+ public:
+  explicit CallerSafe(HostRuntime& rt) : rt_(rt) {
+    if (tThread.pinned.count(rt_.id_) == 0 && rt_.modeLocked() == CaptureMode::kGlobal) {
+      tThread.modes[rt_.id_] = static_cast<uint8_t>(CaptureMode::kThreadLocal);
+      switched_ = true;
+    }
+  }
+  ~CallerSafe() {
+    if (switched_) tThread.modes.erase(rt_.id_);
+  }
+  CallerSafe(const CallerSafe&) = delete;
+  CallerSafe& operator=(const CallerSafe&) = delete;
+
+ private:
+  HostRuntime& rt_;
+  bool switched_ = false;
 };
 
 // An event handle owns one reference to its state; queued records and
@@ -35,7 +72,10 @@ struct HostRuntime::HostEvent {
 };
 
 HostRuntime::HostRuntime(int devices)
-    : devices_(devices), faults_(static_cast<size_t>(devices)), pinCount_(devices, 0) {
+    : devices_(devices),
+      faults_(static_cast<size_t>(devices)),
+      pinCount_(devices, 0),
+      id_(++gRuntimes) {
   KOLO_CHECK_ARG(devices >= 1, "host runtime: needs at least one device");
 }
 
@@ -70,9 +110,12 @@ std::shared_ptr<HostRuntime::HostEvent> HostRuntime::eventOf(Event event) const 
 
 void HostRuntime::pinThread(int device) {
   checkDevice(device);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, fresh] = pinned_.emplace(std::this_thread::get_id(), device);
+  auto [it, fresh] = tThread.pinned.emplace(id_, device);
   if (fresh) {
+    if (modeLocked() == CaptureMode::kGlobal) {
+      tThread.modes[id_] = static_cast<uint8_t>(CaptureMode::kThreadLocal);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     ++pinCount_[device];
     return;
   }
@@ -82,10 +125,46 @@ void HostRuntime::pinThread(int device) {
   }
 }
 
+HostRuntime::CaptureMode HostRuntime::modeLocked() const {
+  auto it = tThread.modes.find(id_);
+  return it == tThread.modes.end() ? CaptureMode::kGlobal : static_cast<CaptureMode>(it->second);
+}
+
+HostRuntime::CaptureMode HostRuntime::exchangeCaptureMode(CaptureMode mode) {
+  const CaptureMode old = modeLocked();
+  if (mode == CaptureMode::kGlobal) {
+    tThread.modes.erase(id_);
+  } else {
+    tThread.modes[id_] = static_cast<uint8_t>(mode);
+  }
+  return old;
+}
+
+void HostRuntime::unsafeCallLocked(const char* what, bool mayThrow) {
+  const CaptureMode mine = modeLocked();
+  if (mine == CaptureMode::kRelaxed) return;
+  const auto me = std::this_thread::get_id();
+  bool broke = false;
+  for (const auto& s : streams_) {
+    if (!s->capturing) continue;
+    const bool prohibited = s->captureOwner == me
+                                ? s->captureMode != CaptureMode::kRelaxed
+                                : mine == CaptureMode::kGlobal &&
+                                      s->captureMode == CaptureMode::kGlobal;
+    if (!prohibited) continue;
+    if (s->invalidatedBy.empty()) s->invalidatedBy = what;
+    broke = true;
+  }
+  if (broke && mayThrow) {
+    throw Internal(std::string("host runtime: ") + what +
+                   ": operation not permitted when stream is capturing (a thread in global "
+                   "capture mode while another captures a graph); the capture is invalidated");
+  }
+}
+
 int HostRuntime::currentDevice() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pinned_.find(std::this_thread::get_id());
-  return it == pinned_.end() ? -1 : it->second;
+  auto it = tThread.pinned.find(id_);
+  return it == tThread.pinned.end() ? -1 : it->second;
 }
 
 int HostRuntime::threadsPinnedTo(int device) const {
@@ -106,6 +185,10 @@ int HostRuntime::deviceOf(const void* ptr) {
 
 void* HostRuntime::allocDevice(int device, size_t bytes) {
   checkDevice(device);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unsafeCallLocked("cudaMalloc", true);
+  }
   void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
   if (p == nullptr) throw Internal("host runtime: out of memory");
   std::lock_guard<std::mutex> lock(mu_);
@@ -117,18 +200,30 @@ void HostRuntime::freeDevice(void* ptr) noexcept {
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    unsafeCallLocked("cudaFree", false);
     allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
   }
   std::free(ptr);
 }
 
 void* HostRuntime::allocPinned(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unsafeCallLocked("cudaHostAlloc", true);
+  }
   void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
   if (p == nullptr) throw Internal("host runtime: out of pinned memory");
   return p;
 }
 
-void HostRuntime::freePinned(void* ptr) noexcept { std::free(ptr); }
+void HostRuntime::freePinned(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unsafeCallLocked("cudaFreeHost", false);
+  }
+  std::free(ptr);
+}
 
 Stream HostRuntime::createStream(int device) {
   checkDevice(device);
@@ -136,6 +231,7 @@ Stream HostRuntime::createStream(int device) {
   s->device = device;
   HostStream* raw = s.get();
   std::lock_guard<std::mutex> lock(mu_);  // the worker starts once this is released
+  unsafeCallLocked("cudaStreamCreate", true);
   raw->thread = std::thread([this, raw] { runStream(raw); });
   streams_.push_back(std::move(s));
   return reinterpret_cast<Stream>(raw);
@@ -147,6 +243,7 @@ void HostRuntime::destroyStream(Stream stream) noexcept {
   std::unique_ptr<HostStream> owned;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    unsafeCallLocked("cudaStreamSynchronize", false);
     changed_.wait(lock, [&] { return s->tasks.empty() && !s->busy; });
     s->stop = true;
     auto it = std::find_if(streams_.begin(), streams_.end(),
@@ -271,7 +368,9 @@ void HostRuntime::wait(Stream stream, Event event) {
 
 bool HostRuntime::reached(Event event) {
   std::shared_ptr<HostEvent> e = eventOf(event);
+  CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);
+  unsafeCallLocked("cudaEventQuery", true);
   if (!faults_[e->device].ok()) throw Internal(faults_[e->device].message);
   return e->completed >= e->recorded;
 }
@@ -307,6 +406,21 @@ void HostRuntime::beforeHostFunctions(std::function<void()> before) {
   auto hook = before ? std::make_shared<const std::function<void()>>(std::move(before)) : nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   beforeHostFunc_ = std::move(hook);
+}
+
+void HostRuntime::beforeWaits(std::function<void(int device)> hook) {
+  auto h = hook ? std::make_shared<const std::function<void(int)>>(std::move(hook)) : nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  beforeWait_ = std::move(h);
+}
+
+void HostRuntime::callBeforeWait(int device) {
+  std::shared_ptr<const std::function<void(int)>> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hook = beforeWait_;
+  }
+  if (hook) (*hook)(device);
 }
 
 void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
@@ -354,14 +468,22 @@ void HostRuntime::launch(Stream stream, Stage stage, std::function<void()> fn) {
 
 void HostRuntime::synchronize(Stream stream) {
   HostStream& s = streamOf(stream);
+  callBeforeWait(s.device);
   std::unique_lock<std::mutex> lock(mu_);
+  unsafeCallLocked("cudaStreamSynchronize", true);
   changed_.wait(lock, [&] { return (s.tasks.empty() && !s.busy) || s.stop; });
   if (!faults_[s.device].ok()) throw Internal(faults_[s.device].message);
 }
 
 bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
   HostStream& s = streamOf(stream);
+  try {
+    callBeforeWait(s.device);
+  } catch (...) {
+  }
+  CallerSafe safe(*this);
   std::unique_lock<std::mutex> lock(mu_);
+  unsafeCallLocked("cudaStreamQuery", false);
   // A faulted device's queue only drains (enqueue), so idle covers it too;
   // a task that never returns (a collective waiting for a peer) keeps busy.
   return changed_.wait_for(lock, limit, [&] { return (s.tasks.empty() && !s.busy) || s.stop; });
@@ -369,18 +491,29 @@ bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noex
 
 Status HostRuntime::streamError(Stream stream) noexcept {
   HostStream& s = streamOf(stream);
+  CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);
+  unsafeCallLocked("cudaStreamQuery", false);
   return faults_[s.device];
 }
 
-void HostRuntime::beginCapture(Stream stream) {
+void HostRuntime::beginCapture(Stream stream, CaptureMode mode) {
   std::lock_guard<std::mutex> lock(mu_);
-  streamOf(stream).capturing = true;
+  HostStream& s = streamOf(stream);
+  s.capturing = true;
+  s.captureMode = mode;
+  s.captureOwner = std::this_thread::get_id();
+  s.invalidatedBy.clear();
 }
 
-void HostRuntime::endCapture(Stream stream) {
+bool HostRuntime::endCapture(Stream stream, std::string* why) {
   std::lock_guard<std::mutex> lock(mu_);
-  streamOf(stream).capturing = false;
+  HostStream& s = streamOf(stream);
+  s.capturing = false;
+  if (why != nullptr) *why = s.invalidatedBy;
+  const bool valid = s.invalidatedBy.empty();
+  s.invalidatedBy.clear();
+  return valid;
 }
 
 bool HostRuntime::idle(int device) const {

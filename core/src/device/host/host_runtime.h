@@ -46,6 +46,7 @@ class HostRuntime final : public Runtime {
   const char* name() const override { return "host"; }
   void pinThread(int device) override;
   int deviceOf(const void* ptr) override;
+  int deviceCount() override { return devices_; }
   Stream createStream(int device) override;
   void destroyStream(Stream stream) noexcept override;
   Event createEvent(int device, bool timing) override;
@@ -83,15 +84,33 @@ class HostRuntime final : public Runtime {
   // meanwhile; the work before it, its done event included, has run).
   // Empty: none.
   void beforeHostFunctions(std::function<void()> before);
+  // Tests: synchronize() and settleFor() call hook(device of the stream)
+  // first, on the waiting thread. Empty: none.
+  void beforeWaits(std::function<void(int device)> hook);
 
   // Work of stage on stream (device collectives): fn runs in stream order
   // on the stream's thread, unless the device faulted first.
   void launch(Stream stream, Stage stage, std::function<void()> fn);
 
-  // Events recorded on stream between these count as captured (a CUDA
-  // graph capture of the user's stream).
-  void beginCapture(Stream stream);
-  void endCapture(Stream stream);
+  // CUDA's stream capture modes (cudaStreamCaptureMode), of a capture and
+  // of a thread. Every thread starts in kGlobal; pinThread switches it to
+  // kThreadLocal for good (device/runtime.h).
+  enum class CaptureMode : uint8_t { kGlobal, kThreadLocal, kRelaxed };
+
+  // The calling thread captures stream into a graph (the user's stream, as
+  // torch.cuda.graph does): events recorded on it meanwhile count as
+  // captured. While it lasts, a potentially unsafe call (device/runtime.h)
+  // from a thread CUDA prohibits it to (another thread in kGlobal mode
+  // while the capture's mode is kGlobal, or the capturing thread itself
+  // unless kRelaxed) throws Internal (or, where the method cannot throw,
+  // is only noted) and invalidates the capture, as in CUDA.
+  void beginCapture(Stream stream, CaptureMode mode = CaptureMode::kGlobal);
+  // Ends stream's capture; false when a prohibited call invalidated it
+  // (CUDA's cudaStreamEndCapture fails then), with what that call was.
+  bool endCapture(Stream stream, std::string* why = nullptr);
+  // cudaThreadExchangeStreamCaptureMode: sets the calling thread's mode,
+  // returns the one it had (tests: a thread of the user's).
+  CaptureMode exchangeCaptureMode(CaptureMode mode);
 
   // The calling thread's pinned device, -1 when none; how many threads
   // ever pinned device (tests: kolo threads touch only their rank's device).
@@ -122,6 +141,15 @@ class HostRuntime final : public Runtime {
   void enqueue(Stream stream, Stage stage, std::function<void()> fn);
   void runStream(HostStream* s);
   void faultLocked(int device, const std::string& message);
+  // The calling thread's capture mode; kThreadLocal once pinned.
+  CaptureMode modeLocked() const;
+  // What CUDA does with a potentially unsafe call (what) from the calling
+  // thread while streams capture: a prohibited one invalidates every
+  // capture it breaks and, when mayThrow, throws Internal.
+  void unsafeCallLocked(const char* what, bool mayThrow);
+  // For its life, an unpinned caller is in kThreadLocal mode (the methods
+  // any thread may call, as the CUDA runtime's do).
+  class CallerSafe;
 
   const int devices_;
   mutable std::mutex mu_;  // guards everything below and every stream's and event's state
@@ -132,12 +160,17 @@ class HostRuntime final : public Runtime {
     std::string message;
   };
   std::map<std::pair<int, Stage>, Injection> injections_;
-  std::map<std::thread::id, int> pinned_;
+  // A thread's pinned device and capture mode are thread_local state
+  // (host_runtime.cc), per runtime by id_: a thread id can come back once
+  // its thread ended, a thread_local cannot.
+  const uint64_t id_;
   std::vector<int> pinCount_;
   std::map<uintptr_t, std::pair<size_t, int>> allocations_;  // start -> (bytes, device)
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::map<uint64_t, std::weak_ptr<Clique>> cliques_;
   std::shared_ptr<const std::function<void()>> beforeHostFunc_;  // beforeHostFunctions
+  std::shared_ptr<const std::function<void(int)>> beforeWait_;   // beforeWaits
+  void callBeforeWait(int device);
   uint64_t nextClique_ = 0;
 };
 
