@@ -12,7 +12,7 @@ packages=(
   libtorch-dev python3-torch python3-dev pybind11-dev python3-pytest python3-numpy
   python3-cloudpickle python3-venv ccache
   libopenmpi-dev openmpi-bin
-  dataset-fashion-mnist iproute2 procps openssh-server
+  dataset-fashion-mnist iproute2 procps openssh-server slurm-wlm munge
   clang libclang-rt-14-dev
   clang-16 libc++-16-dev libc++abi-16-dev iwyu
   python3-sphinx python3-myst-parser furo python3-breathe doxygen graphviz

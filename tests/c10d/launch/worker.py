@@ -3,9 +3,13 @@ would): joins a "kolo" process group by the given method, checks one
 all_reduce and prints "ok <rank> <world size> <sum>".
 
     python worker.py env|tcp://...|file://...|spawn|slurm|mixed|mesh|dead-peer|timeline|hvd
+                     |hvd-fail-once|hvd-killed-peer
 
 hvd: no process group; the Horovod API (kolo.torch) from the launcher's
-environment instead, with the same check.
+environment instead, with the same check. hvd-fail-once: the same, but
+rank 1 of torchrun's first attempt exits right after init().
+hvd-killed-peer: rank 1 is SIGKILLed while rank 0 waits for it; rank 0
+prints "failed after <s> s: <kolo's error>".
 """
 import datetime
 import os
@@ -27,15 +31,38 @@ def check(rank, size, group=None, backend_check=None):
 
 
 def run(method, rank=None, size=None):
-    if method == "hvd":
+    if method in ("hvd", "hvd-fail-once"):
         hvd = kolo.torch
         hvd.init()
+        if (method == "hvd-fail-once" and hvd.rank() == 1
+                and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"):
+            # The first attempt's rank 1 dies after init(), before the
+            # collective its peer waits in: torchrun must restart both.
+            print("rank 1 fails on purpose (attempt 0)", flush=True)
+            os._exit(3)
         t = hvd.allreduce(torch.full((3,), float(hvd.rank() + 1)), op=hvd.Sum, name="check")
         expected = hvd.size() * (hvd.size() + 1) / 2
         assert torch.equal(t, torch.full((3,), expected)), (t, expected)
         print("ok %d %d %g" % (hvd.rank(), hvd.size(), t[0].item()), flush=True)
         hvd.shutdown()
         return
+    if method == "hvd-killed-peer":
+        # Rank 1 is SIGKILLed (as by the OOM killer) while rank 0 waits for
+        # it in an allreduce: rank 0's error must name it, in bounded time.
+        hvd = kolo.torch
+        hvd.init()
+        hvd.allreduce(torch.ones(3), name="before")
+        if hvd.rank() == 1:
+            time.sleep(1)
+            os.kill(os.getpid(), 9)
+        began = time.monotonic()
+        try:
+            hvd.allreduce(torch.ones(3), name="after")
+        except Exception as e:  # noqa: BLE001 (kolo's error, whatever its class)
+            print("failed after %.1f s: %s" % (time.monotonic() - began, e), flush=True)
+            os._exit(0)
+        print("no error", flush=True)
+        os._exit(1)
     if method == "env":
         dist.init_process_group("kolo")
     elif method.startswith(("tcp://", "file://")):
