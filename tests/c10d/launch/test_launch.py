@@ -5,6 +5,7 @@ and a peer that dies. Each test starts its processes itself, bounded in time.
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -112,6 +113,68 @@ def test_torchrun_runs_a_horovod_api_script():
     code, out = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                      "--master-port", str(port), WORKER, "hvd"])
     assert code == 0, out
+    assert_ok(out, 2)
+
+
+HOSTS_SCRIPT = os.path.join(HERE, "..", "..", "..", "scripts", "netns-hosts.sh")
+
+
+@pytest.fixture
+def namespace_host():
+    """A second host: a network namespace on a bridge (scripts/netns-hosts.sh),
+    named after this process. Yields (namespace, its address, this side's
+    address); removed afterwards. Skips without root or `ip`."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and ip(8) to make a network namespace as the second node")
+    used = subprocess.run(["ip", "-o", "addr"], stdout=subprocess.PIPE, text=True).stdout
+    net = next(n for n in range(150, 250) if "10.77.%d." % n not in used)
+    prefix = "tr%dh" % (os.getpid() % 100000)
+    up = subprocess.run(["sh", HOSTS_SCRIPT, "up", prefix, "1", str(net)], text=True,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        if up.returncode != 0:
+            pytest.skip("could not make a network namespace: " + up.stdout.strip())
+        ns, addr = up.stdout.split()[:2]
+        yield ns, addr, "10.77.%d.1" % net
+    finally:
+        subprocess.run(["sh", HOSTS_SCRIPT, "down", prefix])
+
+
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's torchrun fails on Python 3.11 before "
+                                       "starting a worker; the torch 2.x stage runs this")
+def test_torchrun_two_nodes_c10d_rendezvous_restarts_a_failed_worker(namespace_host):
+    """torchrun on two nodes (this host and a network namespace), as a
+    cluster runs it: --nnodes 2, the c10d rendezvous, --max-restarts 1.
+    Rank 1 of the first attempt dies after hvd.init(); its peer's allreduce
+    fails naming it, torchrun restarts both workers, and the second
+    attempt's kolo meets on that attempt's MASTER_ADDR/MASTER_PORT, across
+    the veth link, and succeeds."""
+    ns, addr, here = namespace_host
+    port = free_port()
+    agents = []
+    for node, local in ((0, here), (1, addr)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+               "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", "%s:%d" % (here, port), "--rdzv-id", "kolo-%d" % port,
+               "--local-addr", local, "--max-restarts", "1", "--monitor-interval", "0.2",
+               # The first agent serves the rendezvous store: torchrun does not
+               # know the bridge's address as this machine's own.
+               "--rdzv-conf", "is_host=%s" % ("true" if node == 0 else "false"),
+               WORKER, "hvd-fail-once"]
+        if node == 1:
+            cmd = ["ip", "netns", "exec", ns] + cmd
+        agents.append(subprocess.Popen(cmd, env=dict(os.environ, KOLO_TIMEOUT="20"), text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    try:
+        for a in agents:
+            outs.append(a.communicate(timeout=240)[0])
+    finally:
+        for a in agents:
+            a.kill()
+    out = "\n".join(outs)
+    assert [a.returncode for a in agents] == [0, 0], out
+    assert "rank 1 fails on purpose (attempt 0)" in out, out
     assert_ok(out, 2)
 
 
