@@ -3,10 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <utility>
 
+#include "common/ranks_text.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::shm {
@@ -83,6 +86,37 @@ HostLayout layoutOf(const std::vector<std::string>& keys) {
   return layout;
 }
 
+namespace {
+
+// Waits until every rank published its host key: the first point where the
+// ranks of a job meet. A rank that never came is named, not its key.
+void waitForRanks(const BackendArgs& args) {
+  const Identity& id = args.identity;
+  std::vector<std::string> keys;
+  for (int r = 0; r < id.size; ++r) {
+    if (r != id.rank) keys.push_back("host/" + std::to_string(r));
+  }
+  try {
+    args.store->wait(keys, args.config.timeout);
+  } catch (const Timeout&) {
+    std::vector<int> missing;
+    for (int r = 0; r < id.size; ++r) {
+      if (r != id.rank && !args.store->check("host/" + std::to_string(r))) missing.push_back(r);
+    }
+    if (missing.empty()) throw;
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%.1f",
+                  std::chrono::duration<double>(args.config.timeout).count());
+    throw Timeout(ranksPhrase(missing) + " of " + std::to_string(id.size) +
+                  (missing.size() == 1 ? " has" : " have") + " not arrived within " + limit +
+                  " s (KOLO_TIMEOUT): " + (missing.size() == 1 ? "it" : "they") +
+                  " never wrote to the rendezvous store. Start every rank of the job (or raise "
+                  "KOLO_TIMEOUT if they start late)");
+  }
+}
+
+}  // namespace
+
 HostLayout exchangeLayout(const BackendArgs& args) {
   const Identity& id = args.identity;
   const std::string mine =
@@ -94,6 +128,7 @@ HostLayout exchangeLayout(const BackendArgs& args) {
   keys[id.rank] = mine;
   if (id.size > 1) {
     args.store->set("host/" + std::to_string(id.rank), std::vector<char>(mine.begin(), mine.end()));
+    waitForRanks(args);
     for (int r = 0; r < id.size; ++r) {
       if (r == id.rank) continue;
       auto value = args.store->get("host/" + std::to_string(r), args.config.timeout);
