@@ -74,8 +74,8 @@ struct HostRuntime::HostEvent {
 HostRuntime::HostRuntime(int devices)
     : devices_(devices),
       faults_(static_cast<size_t>(devices)),
-      pinCount_(devices, 0),
-      id_(++gRuntimes) {
+      id_(++gRuntimes),
+      pinCount_(devices, 0) {
   KOLO_CHECK_ARG(devices >= 1, "host runtime: needs at least one device");
 }
 
