@@ -10,6 +10,7 @@ namespace kolo {
 namespace {
 
 std::string abortKey(int rank) { return "abort/" + std::to_string(rank); }
+constexpr char kAnyAbortKey[] = "abort/any";  // set with every abortKey
 std::string aliveKey(int rank) { return "alive-after-failure/" + std::to_string(rank); }
 std::string presenceKey(int rank) { return "present/" + std::to_string(rank); }
 
@@ -20,11 +21,14 @@ void publishPresence(Store& store, int rank) { store.set(presenceKey(rank), {'1'
 void publishAbort(Store& store, int rank, const std::string& message) {
   try {
     store.set(abortKey(rank), std::vector<char>(message.begin(), message.end()));
+    store.set(kAnyAbortKey, {'1'});  // what publishedAbort reads first
   } catch (...) {
   }
 }
 
 Status publishedAbort(Store& store, int size) {
+  // One read while no rank aborted, whatever the job's size.
+  if (!store.check(kAnyAbortKey)) return Status::Ok();
   for (int r = 0; r < size; ++r) {
     if (!store.check(abortKey(r))) continue;
     std::string message;

@@ -16,7 +16,8 @@ namespace kolo {
 // if the abort exchange itself cannot complete. Best effort, never throws.
 void publishAbort(Store& store, int rank, const std::string& message);
 // The first of ranks 0..size-1 that published an abort (publishAbort), as
-// a PeerFailure naming it and its message; ok when none did. Store reads.
+// a PeerFailure naming it and its message; ok when none did. One store
+// read while none did.
 Status publishedAbort(Store& store, int size);
 
 // The status pending operations fail with after a coordinated stop.
