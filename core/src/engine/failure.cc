@@ -26,19 +26,27 @@ void publishAbort(Store& store, int rank, const std::string& message) {
   }
 }
 
+namespace {
+
+// "rank r failed: <the message r published>"; r's abort key exists.
+std::string abortReport(Store& store, int r) {
+  const std::vector<char> bytes = store.get(abortKey(r), std::chrono::seconds(1));
+  return "rank " + std::to_string(r) + " failed: " + std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
 Status publishedAbort(Store& store, int size) {
   // One read while no rank aborted, whatever the job's size.
   if (!store.check(kAnyAbortKey)) return Status::Ok();
   for (int r = 0; r < size; ++r) {
     if (!store.check(abortKey(r))) continue;
-    std::string message;
     try {
-      const std::vector<char> bytes = store.get(abortKey(r), std::chrono::seconds(1));
-      message.assign(bytes.begin(), bytes.end());
+      return Status{ErrorCode::kPeerFailure, abortReport(store, r)};
     } catch (const std::exception&) {
-      message = "(its message could not be read)";
+      return Status{ErrorCode::kPeerFailure,
+                    "rank " + std::to_string(r) + " failed (its message could not be read)"};
     }
-    return Status{ErrorCode::kPeerFailure, "rank " + std::to_string(r) + " failed: " + message};
   }
   return Status::Ok();
 }
@@ -102,9 +110,7 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (aborted) {
-        auto bytes = store.get(abortKey(r), std::chrono::seconds(1));
-        messages += (messages.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-                    " failed: " + std::string(bytes.begin(), bytes.end());
+        messages += (messages.empty() ? "" : "; ") + abortReport(store, r);
       } else if (!alive) {
         missing.push_back(r);
       }
