@@ -11,6 +11,7 @@
 #include "comm/conformance.h"
 #include "comm/tcp/control_channel.h"
 #include "comm/tcp/mesh.h"
+#include "comm/tcp/topology.h"
 #include "harness/harness.h"
 #include "kolo/error.h"
 #include "kolo/store.h"
@@ -62,11 +63,15 @@ TEST(TcpMesh, StrangersAreDroppedAndTheJobStillForms) {
   });
 }
 
+// A rank connects at setup to the peers its algorithms use every step:
+// one whose neighbour never comes names it; one whose neighbours are all
+// there gets its error from the first step, when a neighbour gave up.
 TEST(TcpMesh, MissingRankIsNamedInTheTimeout) {
   Config config = commConfig();
   config.timeout = std::chrono::milliseconds(400);
   std::vector<std::string> messages(2);
-  // Ranks 0 and 1 of 3; rank 2 never comes.
+  // Ranks 0 and 1 of 3; rank 2 never comes. Rank 2 folds into rank 0 in
+  // recursive doubling, so only rank 0 waits for it at setup.
   auto store = makeHashStore();
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -74,16 +79,53 @@ TEST(TcpMesh, MissingRankIsNamedInTheTimeout) {
       Identity id = localIdentity(rank, 3);
       comm::BackendArgs args{config, id, store, "127.0.0.1"};
       try {
-        comm::tcp::createControlChannel(args);
-      } catch (const Timeout& e) {
+        auto control = comm::tcp::createControlChannel(args);
+        control->barrier();
+        messages[rank] = "no error";
+      } catch (const Error& e) {
         messages[rank] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
-  for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_NE(messages[rank].find("rank 2"), std::string::npos) << messages[rank];
+  EXPECT_NE(messages[0].find("rank 2 did not connect"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("rank 0"), std::string::npos) << messages[1];
+}
+
+// Setup connects O(log n) peers, not n - 1, and the others on first use.
+TEST(TcpMesh, ConnectsOnlyThePeersItsAlgorithmsUse) {
+  const int n = 16;
+  std::vector<int> atSetup(n), afterBroadcast(n);
+  runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+    const auto neighbours = comm::tcp::recursiveDoublingPeers(rank, n);
+    auto mesh = comm::tcp::Mesh::connect(args, "test connect", neighbours);
+    atSetup[rank] = mesh->connectedPeers();
+    const comm::tcp::Mesh* raw = mesh.get();
+    comm::tcp::ControlChannel control(std::move(mesh));
+    std::vector<uint64_t> bits{uint64_t(1) << rank};
+    control.allreduceOr(bits);
+    EXPECT_EQ(bits[0], (uint64_t(1) << n) - 1);
+    auto all = control.gatherv(std::vector<char>(rank + 1, char('a' + rank)), 0);
+    if (rank == 0) {
+      for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], std::vector<char>(r + 1, char('a' + r)));
+    }
+    std::vector<char> word = rank == 5 ? std::vector<char>{'h', 'i'} : std::vector<char>{};
+    control.broadcast(word, 5);  // a tree over other edges: connected now
+    EXPECT_EQ(word, (std::vector<char>{'h', 'i'}));
+    afterBroadcast[rank] = raw->connectedPeers();
+  });
+  int before = 0;
+  int after = 0;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(atSetup[rank],
+              static_cast<int>(comm::tcp::recursiveDoublingPeers(rank, n).size()))
+        << "rank " << rank;
+    EXPECT_LE(atSetup[rank], 8) << "rank " << rank;  // 2 log2 16
+    EXPECT_LE(afterBroadcast[rank], 12) << "rank " << rank;
+    before += atSetup[rank];
+    after += afterBroadcast[rank];
   }
+  EXPECT_GT(after, before);  // the broadcast from rank 5 needed new edges
 }
 
 TEST(TcpMesh, RanksOutOfStepAreReportedNotMisread) {
@@ -102,7 +144,8 @@ TEST(TcpMesh, RanksOutOfStepAreReportedNotMisread) {
       message = e.what();
     }
   });
-  EXPECT_NE(message.find("rank 1 sent 100 bytes where 8 were expected"), std::string::npos)
+  // Rank 1's gather record (its 100 bytes behind a rank and a length).
+  EXPECT_NE(message.find("rank 1 sent 112 bytes where 8 were expected"), std::string::npos)
       << message;
 }
 

@@ -161,6 +161,38 @@ TEST_P(StoreConformance, WaitTimeoutNamesOnlyTheMissingKeys) {
   }
 }
 
+TEST_P(StoreConformance, MultiGetWaitsForEveryKeyAndKeepsTheirOrder) {
+  auto writer = backend_->client();
+  store_->set("m2", bytesOf("two"));
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(40));
+    writer->set("m1", bytesOf("one"));
+    writer->set("m3", bytesOf(""));
+  });
+  auto values = store_->multiGet({"m1", "m2", "m3"}, milliseconds(5000));
+  setter.join();
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(textOf(values[0]), "one");
+  EXPECT_EQ(textOf(values[1]), "two");
+  EXPECT_EQ(textOf(values[2]), "");
+  EXPECT_TRUE(store_->multiGet({}, milliseconds(0)).empty());
+}
+
+TEST_P(StoreConformance, MultiGetTimeoutNamesOnlyTheMissingKeys) {
+  store_->set("present", bytesOf("x"));
+  Stopwatch watch;
+  try {
+    store_->multiGet({"present", "lacking-1", "lacking-2"}, milliseconds(150));
+    FAIL() << "multiGet of missing keys returned";
+  } catch (const Timeout& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("lacking-1"), std::string::npos) << message;
+    EXPECT_NE(message.find("lacking-2"), std::string::npos) << message;
+    EXPECT_EQ(message.find("present"), std::string::npos) << message;
+  }
+  EXPECT_LT(watch.elapsed().count(), 1500);
+}
+
 TEST_P(StoreConformance, ZeroTimeoutStillFindsExistingKeys) {
   store_->set("here", bytesOf("v"));
   EXPECT_EQ(textOf(store_->get("here", milliseconds(0))), "v");

@@ -117,10 +117,6 @@ void reduceInto(C10dCall& c, const at::Tensor& target, const Reduction& r, bool 
   q.prescale = r.prescale;
 }
 
-std::string dst(const char* call, int64_t root) {
-  return std::string(call) + "(dst=" + std::to_string(root) + ")";
-}
-
 }  // namespace
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allreduce(

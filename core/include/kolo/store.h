@@ -39,6 +39,19 @@ class Store {
   /// True when the key exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
 
+  /// Blocks until all keys exist or timeout passes, then returns their
+  /// values in the order of keys; throws kolo::Timeout naming the missing
+  /// keys. The TCP store does it in one request (start-up reads many peers'
+  /// addresses at once this way); the default waits, then gets each.
+  virtual std::vector<std::vector<char>> multiGet(const std::vector<std::string>& keys,
+                                                  std::chrono::milliseconds timeout) {
+    wait(keys, timeout);
+    std::vector<std::vector<char>> values;
+    values.reserve(keys.size());
+    for (const auto& key : keys) values.push_back(get(key, timeout));
+    return values;
+  }
+
   /// The address of this host's interface that reaches the store's server
   /// (peers reach this rank there when KOLO_IFACE names none); empty when
   /// the store cannot tell (in-process and file stores).
@@ -74,6 +87,13 @@ class PrefixStore : public Store {
   }
   bool check(const std::string& key) override {
     return inner_->check(prefix_ + key);
+  }
+  std::vector<std::vector<char>> multiGet(const std::vector<std::string>& keys,
+                                          std::chrono::milliseconds timeout) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return inner_->multiGet(full, timeout);
   }
   std::string localAddress() const override {
     return inner_ ? inner_->localAddress() : std::string();

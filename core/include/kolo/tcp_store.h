@@ -82,4 +82,8 @@ std::shared_ptr<Store> connectLaunchStore(const LaunchInfo& info, std::chrono::m
 /// cannot tell.
 std::string localAddressOf(const Store& store);
 
+/// Requests this process has sent to TCP stores so far, over all clients
+/// (start-up benchmarks report it; each Store call is one request).
+uint64_t storeRequestsMade();
+
 }  // namespace kolo

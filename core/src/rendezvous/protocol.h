@@ -8,8 +8,10 @@
 //     SET   key, value          GET  key, u64 timeout_ms
 //     WAIT  u32 n, n * key, u64 timeout_ms
 //     ADD   key, i64 delta      CHECK key
+//     MULTI_GET  u32 n, n * key, u64 timeout_ms
 //   response := u8 status, then
 //     OK      GET: value | ADD: i64 | CHECK: u8 | SET, WAIT: nothing
+//             MULTI_GET: u32 n, n * value (in the order of the keys)
 //     TIMEOUT message
 //     ERROR   u8 kolo::ErrorCode, message
 //
@@ -33,7 +35,14 @@ constexpr uint32_t kMaxFrameSize = 64u << 20;  // 64 MiB
 // A connection must finish authenticating within this time.
 constexpr std::chrono::seconds kHandshakeTimeout{10};
 
-enum class Command : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5 };
+enum class Command : uint8_t {
+  kSet = 1,
+  kGet = 2,
+  kWait = 3,
+  kAdd = 4,
+  kCheck = 5,
+  kMultiGet = 6,
+};
 enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 
 // A malformed payload; the receiving side drops the connection.

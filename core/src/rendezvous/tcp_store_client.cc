@@ -7,6 +7,7 @@
 // returned. Every call is bounded: the server enforces GET/WAIT timeouts and
 // the client gives up kReplySlack later; other calls wait at most kIoTimeout.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -38,6 +39,9 @@ std::chrono::milliseconds plusSlack(std::chrono::milliseconds timeout) {
 uint64_t timeoutToWire(std::chrono::milliseconds timeout) {
   return timeout.count() < 0 ? 0 : static_cast<uint64_t>(timeout.count());
 }
+
+// Requests this process sent to any TCP store (storeRequestsMade()).
+std::atomic<uint64_t> requestsMade{0};
 
 std::string seconds(Clock::duration d) {
   char text[32];
@@ -79,6 +83,23 @@ class TcpStore : public Store {
     for (const auto& key : keys) request.bytes(key);
     request.u64(timeoutToWire(timeout));
     call(request, "WAIT", deadlineAfter(plusSlack(timeout)), [](Reader&) { return 0; });
+  }
+
+  std::vector<std::vector<char>> multiGet(const std::vector<std::string>& keys,
+                                          std::chrono::milliseconds timeout) override {
+    Writer request;
+    request.u8(static_cast<uint8_t>(Command::kMultiGet)).u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& key : keys) request.bytes(key);
+    request.u64(timeoutToWire(timeout));
+    const auto count = keys.size();
+    return call(request, "MULTI_GET of " + std::to_string(count) + " keys",
+                deadlineAfter(plusSlack(timeout)), [count](Reader& in) {
+                  if (in.u32() != count) throw ProtocolError("wrong number of values");
+                  std::vector<std::vector<char>> values;
+                  values.reserve(count);
+                  for (size_t i = 0; i < count; ++i) values.push_back(in.bytes());
+                  return values;
+                });
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
@@ -175,6 +196,7 @@ class TcpStore : public Store {
   auto call(const Writer& request, const std::string& what, Deadline deadline, Parse parse)
       -> decltype(parse(std::declval<Reader&>())) {
     checkFits(what, request.data().size());
+    requestsMade.fetch_add(1, std::memory_order_relaxed);
     Fd fd = acquire();
     IoResult io = writeFrame(fd.get(), request.data(), deadlineAfter(kIoTimeout));
     std::vector<char> reply;
@@ -241,5 +263,7 @@ std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
 }
 
 std::string localAddressOf(const Store& store) { return store.localAddress(); }
+
+uint64_t storeRequestsMade() { return requestsMade.load(std::memory_order_relaxed); }
 
 }  // namespace kolo

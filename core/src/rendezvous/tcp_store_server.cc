@@ -232,7 +232,9 @@ std::optional<std::vector<char>> TcpStoreServer::Impl::handle(
       if (out.data().empty()) out.u8(static_cast<uint8_t>(Reply::kOk)).bytes(*map->tryGet(key));
       break;
     }
-    case Command::kWait: {
+    case Command::kWait:
+    case Command::kMultiGet: {
+      const bool values = command == Command::kMultiGet;
       uint32_t count = in.u32();
       if (count > request.size()) throw ProtocolError("WAIT announces too many keys");
       std::vector<std::string> keys;
@@ -241,7 +243,12 @@ std::optional<std::vector<char>> TcpStoreServer::Impl::handle(
       auto timeout = timeoutFromWire(in.u64());
       in.expectEnd();
       if (!waitAndReply(keys, timeout)) return std::nullopt;
-      if (out.data().empty()) out.u8(static_cast<uint8_t>(Reply::kOk));
+      if (!out.data().empty()) break;  // timed out
+      out.u8(static_cast<uint8_t>(Reply::kOk));
+      if (values) {
+        out.u32(count);
+        for (const auto& key : keys) out.bytes(*map->tryGet(key));
+      }
       break;
     }
     case Command::kAdd: {

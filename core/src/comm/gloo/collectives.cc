@@ -10,10 +10,10 @@
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
-#include <gloo/broadcast.h>
 #include <gloo/types.h>
 
 #include "kolo/error.h"
+#include "comm/tcp/topology.h"
 #include "execution/reduce.h"
 
 namespace kolo::comm::gloo {
@@ -22,6 +22,7 @@ namespace {
 // Slot prefix for the ring reduce-scatter; gloo's own algorithms use
 // prefixes 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x42;
+constexpr uint8_t kBroadcastSlotPrefix = 0x43;
 
 // Calls fn with a null pointer of the type that stores one element of dtype,
 // so gloo sees the element size through its typed setters.
@@ -56,6 +57,13 @@ void checkReduceOp(ReduceOp op, const char* what) {
                  std::string("gloo ") + what + ": unsupported reduce op " + toString(op));
 }
 
+// Messages a rank sends in recursive doubling over n ranks (at most).
+size_t meshRounds(int n) {
+  int rounds = 0;
+  for (int d = 1; d < tcp::powerOfTwoBelow(n); d *= 2) ++rounds;
+  return static_cast<size_t>(rounds + (tcp::powerOfTwoBelow(n) == n ? 0 : 1));
+}
+
 size_t total(const std::vector<size_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), size_t(0));
 }
@@ -75,11 +83,12 @@ void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op
   checkReduceOp(op, "allreduce");
   const size_t es = elementSize(dtype);  // rejects an unknown dtype before the network
   if (count == 0 || context_->size() == 1) return;
-  if (mesh_ != nullptr && count * es * (context_->size() - 1) <= kMeshAllreduceBytes) {
+  if (mesh_ != nullptr && count * es * meshRounds(context_->size()) <= kMeshAllreduceBytes) {
     meshAllreduce(buf, count, dtype, op);
     return;
   }
   context_->run("allreduce", [&](uint32_t tag) {
+    context_->connectPeers(ringNeighbours());
     withStorageType(dtype, [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
       ::gloo::AllreduceOptions opts(context_->glooContext());
@@ -95,28 +104,34 @@ void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op
 }
 
 void Collectives::meshAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
-  const int n = context_->size();
-  const int me = context_->rank();
   const size_t bytes = count * elementSize(dtype);
-  if (meshScratch_.size() < n * bytes) meshScratch_.resize(n * bytes);
+  if (meshScratch_.size() < bytes) meshScratch_.resize(bytes);
   char* mine = static_cast<char*>(buf);
-  auto slot = [&](int r) { return r == me ? mine : meshScratch_.data() + r * bytes; };
-  std::vector<tcp::Mesh::Send> sends;
-  std::vector<tcp::Mesh::Recv> recvs;
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    sends.push_back({r, mine, bytes});
-    tcp::Mesh::Recv in;
-    in.from = r;
-    in.fixed = slot(r);
-    in.expected = static_cast<int64_t>(bytes);
-    recvs.push_back(in);
-  }
-  mesh_->transfer("allreduce", std::move(sends), std::move(recvs));
-  // Rank order on every rank: x0 op x1 op ... so results agree bit for bit.
-  char* acc = slot(0);
-  for (int r = 1; r < n; ++r) reduceElements(acc, acc, slot(r), count, dtype, op);
-  if (acc != mine) std::memcpy(mine, acc, bytes);
+  char* theirs = meshScratch_.data();
+  const int me = context_->rank();
+  mesh_->nextOperation();
+  auto exchange = [&](int to, int from, bool combine) {
+    std::vector<tcp::Mesh::Send> sends;
+    if (to >= 0) sends.push_back({to, mine, bytes});
+    std::vector<tcp::Mesh::Recv> recvs;
+    if (from >= 0) {
+      tcp::Mesh::Recv in;
+      in.from = from;
+      in.fixed = combine ? theirs : mine;
+      in.expected = static_cast<int64_t>(bytes);
+      recvs.push_back(in);
+    }
+    mesh_->transfer("allreduce", std::move(sends), std::move(recvs));
+    if (!combine || from < 0) return;
+    // The lower rank's value first on both sides, so every rank ends with
+    // the same bits.
+    if (from < me) {
+      reduceElements(mine, theirs, mine, count, dtype, op);
+    } else {
+      reduceElements(mine, mine, theirs, count, dtype, op);
+    }
+  };
+  tcp::recursiveDoubling(me, context_->size(), exchange);
 }
 
 void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
@@ -131,6 +146,7 @@ void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t
   }
   if (total(counts) == 0 || context_->size() == 1) return;
   context_->run("allgatherv", [&](uint32_t tag) {
+    context_->connectPeers(ringNeighbours());
     withStorageType(dtype, [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
       ::gloo::AllgathervOptions opts(context_->glooContext());
@@ -149,15 +165,7 @@ void Collectives::broadcast(void* buf, size_t count, DataType dtype, int root) {
   elementSize(dtype);
   if (count == 0 || context_->size() == 1) return;
   context_->run("broadcast", [&](uint32_t tag) {
-    withStorageType(dtype, [&](auto* typed) {
-      using T = std::remove_pointer_t<decltype(typed)>;
-      ::gloo::BroadcastOptions opts(context_->glooContext());
-      opts.setOutput(static_cast<T*>(buf), count);
-      opts.setRoot(root);
-      opts.setTag(tag);
-      opts.setTimeout(context_->timeout());
-      ::gloo::broadcast(opts);
-    });
+    treeBroadcast(static_cast<char*>(buf), count * elementSize(dtype), root, tag);
   });
 }
 
@@ -179,6 +187,9 @@ void Collectives::alltoallv(const void* in, const std::vector<size_t>& sendCount
   // No early return on empty totals: whether a rank has data differs between
   // ranks, and every rank must take part in the same calls.
   context_->run("alltoallv", [&](uint32_t tag) {
+    std::vector<int> everyone(context_->size());
+    std::iota(everyone.begin(), everyone.end(), 0);
+    context_->connectPeers(everyone);
     withStorageType(dtype, [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
       std::vector<int64_t> sends(sendCounts.begin(), sendCounts.end());
@@ -204,6 +215,7 @@ void Collectives::reducescatter(const void* in, void* out, const std::vector<siz
   }
   if (total(recvCounts) == 0) return;
   context_->run("reducescatter", [&](uint32_t tag) {
+    context_->connectPeers(ringNeighbours());
     ringReduceScatter(static_cast<const char*>(in), static_cast<char*>(out), recvCounts, dtype, op,
                       tag);
   });
@@ -256,6 +268,30 @@ void Collectives::ringReduceScatter(const char* in, char* out, const std::vector
     char* dst = s + 2 == n ? out : acc;
     reduceElements(dst, in + offsets[recvBlock] * es, tmp, counts[recvBlock], dtype, op);
   }
+}
+
+// A binomial tree over rank - root (comm/tcp/topology.h): receive from the
+// parent, then send to every child; O(log n) peers per rank.
+void Collectives::treeBroadcast(char* buf, size_t bytes, int root, uint32_t tag) {
+  const tcp::BinomialTree tree(context_->rank(), context_->size(), root);
+  std::vector<int> peers = tree.children;
+  if (tree.parent >= 0) peers.push_back(tree.parent);
+  context_->connectPeers(peers);
+  const auto timeout = context_->timeout();
+  auto data = context_->glooContext()->createUnboundBuffer(buf, bytes);
+  const auto slot = ::gloo::Slot::build(kBroadcastSlotPrefix, tag);
+  if (tree.parent >= 0) {
+    data->recv(tree.parent, slot);
+    waitRecv(*data, timeout);
+  }
+  for (int child : tree.children) data->send(child, slot);
+  for (size_t i = 0; i < tree.children.size(); ++i) waitSend(*data, timeout);
+}
+
+std::vector<int> Collectives::ringNeighbours() const {
+  const int n = context_->size();
+  const int me = context_->rank();
+  return {(me + n - 1) % n, (me + 1) % n};
 }
 
 void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {

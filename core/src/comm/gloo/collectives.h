@@ -1,13 +1,16 @@
-// The CPU data plane over gloo: gloo's ring algorithms for allreduce,
-// allgatherv, broadcast and alltoallv; a ring reduce-scatter of kolo's own.
-// Allreduces up to a size (what every rank sends, (n-1) x bytes, up to
-// kMeshAllreduceBytes) skip gloo: each rank sends its buffer to every other
-// over kolo's TCP mesh (comm/tcp/mesh.h) and reduces the n buffers in rank
-// order, so every rank gets bitwise the same result in one round trip
-// instead of gloo's 2(n-1) steps, each handed through its event thread.
-// Measured here, 2 ranks: 4 bytes 60-100 us vs gloo's ~100 us (milliseconds
-// under load); 2 MiB 1.7 ms vs 5.7 ms; 8 MiB about even; above that gloo's
-// ring, which sends each byte once whatever n, takes over.
+// The CPU data plane over gloo: gloo's ring algorithms for allreduce and
+// allgatherv, and kolo's own ring reduce-scatter and binomial-tree
+// broadcast over gloo's unbound buffers; gloo's alltoallv. Allreduces up to
+// a size (what every rank sends, rounds x bytes, up to kMeshAllreduceBytes)
+// skip gloo: recursive doubling over kolo's TCP mesh (comm/tcp/mesh.h), in
+// log2 n rounds instead of gloo's 2(n-1) steps, each handed through its
+// event thread; every rank gets bitwise the same result. Measured here, 2
+// ranks: 4 bytes 60-100 us vs gloo's ~100 us (milliseconds under load);
+// 2 MiB 1.7 ms vs 5.7 ms; 8 MiB about even; above that gloo's ring, which
+// sends each byte twice whatever n, takes over.
+//
+// Connections: the rings and trees talk to O(log n) peers, connected on
+// first use (Context::connectPeers); only alltoallv needs every peer.
 // Buffers are handed to gloo typed by their storage (float16/bfloat16 as
 // uint16_t, bool as uint8_t) so segments split on element boundaries, and
 // reductions call kolo::reduceElements.
@@ -26,7 +29,7 @@
 
 namespace kolo::comm::gloo {
 
-// Largest (n-1) x bytes an allreduce sends over the mesh instead of gloo.
+// Largest rounds x bytes an allreduce sends over the mesh instead of gloo.
 constexpr size_t kMeshAllreduceBytes = size_t(8) << 20;
 
 class Collectives final : public comm::Collectives {
@@ -50,11 +53,13 @@ class Collectives final : public comm::Collectives {
   void ringReduceScatter(const char* in, char* out, const std::vector<size_t>& counts,
                          DataType dtype, ReduceOp op, uint32_t tag);
   void meshAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op);
+  void treeBroadcast(char* buf, size_t bytes, int root, uint32_t tag);
+  std::vector<int> ringNeighbours() const;
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Context> context_;
   std::unique_ptr<tcp::Mesh> mesh_;
-  // The other ranks' buffers of a mesh allreduce, by rank (own slot unused).
+  // What a mesh allreduce receives in each round.
   std::vector<char> meshScratch_;
   // Reduce-scatter working memory, grown on demand and reused across calls.
   std::vector<char> scratch_;

@@ -3,23 +3,38 @@
 #include <algorithm>
 #include <cctype>
 #include <exception>
+#include <thread>
 #include <utility>
 
-#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
-#include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
-#include "comm/gloo/store_adapter.h"
 #include "comm/tcp/interfaces.h"
+#include "common/ranks_text.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::gloo {
 namespace {
 
-// Tag of the barrier that ends connect(); run() hands out tags from 1.
-constexpr uint32_t kConnectTag = 0;
+// Slot prefix of the handshake on a new pair; gloo's own algorithms use
+// 0x01..0x08 and kolo's collectives 0x42 and 0x43.
+constexpr uint8_t kHandshakeSlotPrefix = 0x44;
+
+// A gloo context with no pairs until connectPeers() makes them.
+class SparseContext final : public ::gloo::Context {
+ public:
+  SparseContext(int rank, int size, std::shared_ptr<::gloo::transport::Device> device,
+                std::chrono::milliseconds timeout)
+      : ::gloo::Context(rank, size) {
+    device_ = std::move(device);
+    transportContext_ = device_->createContext(rank, size);
+    transportContext_->setTimeout(timeout);
+    setTimeout(timeout);
+  }
+  std::shared_ptr<::gloo::transport::Context> transport() const { return transportContext_; }
+};
 
 bool mentionsTimeout(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
@@ -46,7 +61,8 @@ std::shared_ptr<::gloo::transport::Device> createDevice(const BackendArgs& args)
 
 }  // namespace
 
-std::unique_ptr<Context> Context::connect(const BackendArgs& args, const std::string& prefix) {
+std::unique_ptr<Context> Context::connect(const BackendArgs& args, const std::string& prefix,
+                                          const std::vector<int>& neighbours) {
   const int rank = args.identity.rank;
   const int size = args.identity.size;
   KOLO_CHECK_ARG(
@@ -57,40 +73,106 @@ std::unique_ptr<Context> Context::connect(const BackendArgs& args, const std::st
   KOLO_CHECK_ARG(timeout.count() > 0, "gloo: timeout must be positive");
 
   auto device = createDevice(args);
-  StoreAdapter store(std::make_shared<PrefixStore>(prefix, args.store), timeout);
-  auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  auto context = std::make_shared<SparseContext>(rank, size, std::move(device), timeout);
+  auto transport = context->transport();
+  std::unique_ptr<Context> result(new Context(std::move(context), std::move(transport),
+                                              std::make_shared<PrefixStore>(prefix, args.store),
+                                              rank, size, timeout));
   const std::string what = "gloo connect (rank " + std::to_string(rank) + " of " +
                            std::to_string(size) + ", store prefix '" + prefix + "') failed: ";
   try {
-    context->setTimeout(timeout);
-    context->connectFullMesh(store, device);
-    if (size > 1) {
-      // Nobody returns (and so nobody can close a connection) before every
-      // rank has finished accepting its connections: gloo aborts the process
-      // when a connection is reset before its accept has been handled.
-      ::gloo::BarrierOptions barrier(context);
-      barrier.setTag(kConnectTag);
-      barrier.setTimeout(timeout);
-      ::gloo::barrier(barrier);
-    }
+    result->connectPeers(neighbours);
   } catch (const Timeout& e) {
     throw Timeout(what + e.what());
   } catch (const Error&) {
     throw;
-  } catch (const ::gloo::EnforceNotMet& e) {
+  } catch (const std::exception& e) {
     // gloo reports IO trouble during connect through GLOO_ENFORCE too.
     if (mentionsTimeout(e.what())) throw Timeout(what + e.what());
     throw PeerFailure(what + e.what());
-  } catch (const std::exception& e) {
-    if (mentionsTimeout(e.what())) throw Timeout(what + e.what());
-    throw PeerFailure(what + e.what());
   }
-  return std::unique_ptr<Context>(new Context(std::move(context), rank, size, timeout));
+  return result;
 }
 
-Context::Context(std::shared_ptr<::gloo::Context> context, int rank, int size,
+Context::Context(std::shared_ptr<::gloo::Context> context,
+                 std::shared_ptr<::gloo::transport::Context> transport,
+                 std::shared_ptr<Store> store, int rank, int size,
                  std::chrono::milliseconds timeout)
-    : context_(std::move(context)), rank_(rank), size_(size), timeout_(timeout) {}
+    : context_(std::move(context)),
+      transport_(std::move(transport)),
+      store_(std::move(store)),
+      connected_(size, false),
+      rank_(rank),
+      size_(size),
+      timeout_(timeout) {}
+
+int Context::connectedPeers() const {
+  return static_cast<int>(std::count(connected_.begin(), connected_.end(), true));
+}
+
+void Context::connectPeers(const std::vector<int>& peers) {
+  std::vector<int> fresh;
+  for (int peer : peers) {
+    if (peer >= 0 && peer < size_ && peer != rank_ && !connected_[peer]) fresh.push_back(peer);
+  }
+  std::sort(fresh.begin(), fresh.end());
+  fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+  if (fresh.empty()) return;
+  const std::string me = std::to_string(rank_);
+  std::vector<std::string> keys;
+  for (int peer : fresh) {
+    auto& pair = transport_->createPair(peer);
+    store_->set("pair/" + me + "/" + std::to_string(peer), pair->address().bytes());
+    keys.push_back("pair/" + std::to_string(peer) + "/" + me);
+  }
+  std::vector<std::vector<char>> addresses;
+  try {
+    addresses = store_->multiGet(keys, timeout_);
+  } catch (const Timeout&) {
+    std::vector<int> missing;
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (!store_->check(keys[i])) missing.push_back(fresh[i]);
+    }
+    if (missing.empty()) throw;
+    throw Timeout("connect: " + ranksPhrase(missing) + (missing.size() == 1 ? " has" : " have") +
+                  " not arrived within " + std::to_string(timeout_.count()) +
+                  " ms (never started, or stopped before setting up)");
+  }
+  // Each pair's connect waits for its peer's; running them side by side
+  // keeps one slow peer from holding up the rest (and any order of waits
+  // from forming a cycle between ranks).
+  std::vector<std::exception_ptr> errors(fresh.size());
+  std::vector<std::thread> threads;
+  threads.reserve(fresh.size());
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        transport_->getPair(fresh[i])->connect(addresses[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  for (int peer : fresh) connected_[peer] = true;
+  // One byte each way on every new pair: neither end goes on (and so could
+  // close the connection) before the other has taken it in; gloo aborts the
+  // process when a connection is reset before its accept was handled.
+  std::vector<char> out(fresh.size(), 1);
+  std::vector<char> in(fresh.size(), 0);
+  auto sendBuf = context_->createUnboundBuffer(out.data(), out.size());
+  auto recvBuf = context_->createUnboundBuffer(in.data(), in.size());
+  const auto slot = ::gloo::Slot::build(kHandshakeSlotPrefix, 0);
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    sendBuf->send(fresh[i], slot, i, 1);
+    recvBuf->recv(fresh[i], slot, i, 1);
+  }
+  for (size_t i = 0; i < fresh.size(); ++i) waitSend(*sendBuf, timeout_);
+  for (size_t i = 0; i < fresh.size(); ++i) waitRecv(*recvBuf, timeout_);
+}
 
 Context::~Context() {
   // Soft close: destroying the pairs closes their sockets after the kernel

@@ -1,6 +1,8 @@
-// Context: one connected gloo full mesh and kolo's error policy around it.
-// ControlChannel and Collectives each own one, so control traffic and data
-// traffic never share connections or slots.
+// Context: a gloo context whose pairs are connected on first use, and kolo's
+// error policy around it. Every collective names the peers its algorithm
+// talks to (connectPeers) before it runs, so a rank of a ring or tree holds
+// O(log N) connections instead of gloo's full mesh of N-1, and start-up
+// reads a few store keys instead of N.
 //
 // Threading: every method except the destructor is called from the one
 // thread that drives the owning channel (the engine's background thread),
@@ -13,8 +15,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gloo/context.h>
+#include <gloo/transport/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm/backend_args.h"
@@ -23,12 +27,22 @@ namespace kolo::comm::gloo {
 
 class Context {
  public:
-  // Connects args.identity.rank to every other rank through args.store, with
-  // keys under `prefix`. Every rank must call this with the same prefix.
-  // Blocks until every rank's mesh is up (it ends with a barrier); throws Timeout when a peer does
-  // not show up within args.config.timeout, InvalidArgument for a bad identity or interface,
+  // Opens this rank's gloo device (its listener) and connects the pairs to
+  // `neighbours` (connectPeers); others are connected on first use. Pair
+  // addresses go through args.store under `prefix`, the same on every rank.
+  // Throws Timeout when a neighbour does not show up within
+  // args.config.timeout, InvalidArgument for a bad identity or interface,
   // PeerFailure for any other connection error.
-  static std::unique_ptr<Context> connect(const BackendArgs& args, const std::string& prefix);
+  static std::unique_ptr<Context> connect(const BackendArgs& args, const std::string& prefix,
+                                          const std::vector<int>& neighbours);
+
+  // Connects the pairs to those of peers not connected yet. Collective
+  // between the two ends of each new pair: both name each other in the
+  // same collective (rings and trees do). Called inside run(); throws
+  // Timeout naming the ranks that never published an address.
+  void connectPeers(const std::vector<int>& peers);
+  // Peers connected so far.
+  int connectedPeers() const;
 
   // Closes every connection (after flushing what was sent), so a peer blocked
   // in a collective with this rank fails promptly with PeerFailure instead of
@@ -51,13 +65,17 @@ class Context {
   void run(const char* what, const std::function<void(uint32_t tag)>& fn);
 
  private:
-  Context(std::shared_ptr<::gloo::Context> context, int rank, int size,
-          std::chrono::milliseconds timeout);
+  Context(std::shared_ptr<::gloo::Context> context,
+          std::shared_ptr<::gloo::transport::Context> transport, std::shared_ptr<Store> store,
+          int rank, int size, std::chrono::milliseconds timeout);
 
   [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
   void closeConnections() noexcept;
 
   std::shared_ptr<::gloo::Context> context_;
+  std::shared_ptr<::gloo::transport::Context> transport_;
+  std::shared_ptr<Store> store_;
+  std::vector<bool> connected_;  // by rank
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;

@@ -6,6 +6,7 @@
 #include "comm/gloo/context.h"
 #include "comm/tcp/control_channel.h"
 #include "comm/tcp/mesh.h"
+#include "comm/tcp/topology.h"
 
 namespace kolo::comm::gloo {
 
@@ -16,12 +17,17 @@ std::unique_ptr<comm::ControlChannel> createControlChannel(const BackendArgs& ar
 }
 
 std::unique_ptr<comm::Collectives> createCollectives(const BackendArgs& args) {
-  auto context = Context::connect(args, "data/");
+  // The rings of allreduce, allgatherv and reduce-scatter.
+  const int rank = args.identity.rank;
+  const int size = args.identity.size;
+  auto context = Context::connect(args, "data/", {(rank + size - 1) % size, (rank + 1) % size});
   const BackendArgs meshArgs{args.config, args.identity,
                              std::make_shared<PrefixStore>("data-mesh/", args.store),
                              args.localAddress};
-  return std::make_unique<Collectives>(std::move(context),
-                                       tcp::Mesh::connect(meshArgs, "data connect"));
+  auto mesh = tcp::Mesh::connect(
+      meshArgs, "data connect",
+      tcp::recursiveDoublingPeers(args.identity.rank, args.identity.size));
+  return std::make_unique<Collectives>(std::move(context), std::move(mesh));
 }
 
 }  // namespace kolo::comm::gloo

@@ -26,12 +26,14 @@ class ControlChannel final : public comm::ControlChannel {
   int rank() const override { return mesh_->rank(); }
   int size() const override { return mesh_->size(); }
 
-  // Dissemination: ceil(log2 n) rounds; in round k each rank sends what it
-  // has to rank + 2^k and combines what rank - 2^k sent. AND and OR are
-  // idempotent, so a rank seen twice does no harm.
+  // Recursive doubling: the ranks past the largest power of two p fold
+  // into rank - p first and get the result back last; in between, log2 p
+  // rounds with partner rank ^ 2^k.
   void allreduceAnd(std::vector<uint64_t>& bits) override;
   void allreduceOr(std::vector<uint64_t>& bits) override;
-  // Straight to the root and straight from it (payloads are small).
+  // Binomial trees over rank - root: ceil(log2 n) rounds, each rank talks
+  // to its parent and at most log2 n children. A gather's messages carry
+  // (rank, length, bytes) records, so the root gets every payload intact.
   std::vector<std::vector<char>> gatherv(const std::vector<char>& mine, int root) override;
   void broadcast(std::vector<char>& bytes, int root) override;
   void barrier() override;
@@ -42,6 +44,7 @@ class ControlChannel final : public comm::ControlChannel {
 
   std::unique_ptr<Mesh> mesh_;
   std::vector<uint64_t> incoming_;
+  std::vector<char> records_;
 };
 
 // Connects the mesh (store keys under "control/").

@@ -110,14 +110,21 @@ int readHello(int fd, int rank, int size, const std::array<uint8_t, kTokenBytes>
   return static_cast<int>(hello.from);
 }
 
+std::string addressKey(int rank) { return "addr/" + std::to_string(rank); }
+
 }  // namespace
 
 Mesh::Mesh(int rank, int size, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), timeout_(timeout), peers_(size) {}
+    : rank_(rank),
+      size_(size),
+      timeout_(timeout),
+      addresses_(size),
+      peers_(size) {}
 
 Mesh::~Mesh() = default;
 
-std::unique_ptr<Mesh> Mesh::connect(const BackendArgs& args, const std::string& what) {
+std::unique_ptr<Mesh> Mesh::connect(const BackendArgs& args, const std::string& what,
+                                   const std::vector<int>& neighbours) {
   const int rank = args.identity.rank;
   const int size = args.identity.size;
   KOLO_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
@@ -126,96 +133,150 @@ std::unique_ptr<Mesh> Mesh::connect(const BackendArgs& args, const std::string& 
   KOLO_CHECK_ARG(args.store != nullptr, what + ": no rendezvous store");
   KOLO_CHECK_ARG(args.config.timeout.count() > 0, what + ": timeout must be positive");
   std::unique_ptr<Mesh> mesh(new Mesh(rank, size, args.config.timeout));
+  mesh->what_ = what;
+  mesh->store_ = args.store;
   if (size == 1) return mesh;
 
   const std::string host = !args.config.iface.empty() ? chooseInterface(args.config.iface).address
                            : args.localAddress.empty() ? "127.0.0.1"
                                                        : args.localAddress;
-  Fd listener;
   try {
-    listener = rendezvous::listenOn(host, 0);
+    mesh->listener_ = rendezvous::listenOn(host, 0);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(what + ": cannot listen on " + host + " (" + e.what() + ")");
   }
-  const std::string address = host + ":" + std::to_string(rendezvous::localPort(listener.get()));
-  Store& store = *args.store;
-  store.set("addr/" + std::to_string(rank), std::vector<char>(address.begin(), address.end()));
-
-  const auto deadline = rendezvous::deadlineAfter(args.config.timeout);
-  std::array<uint8_t, kTokenBytes> token{};
+  const std::string address =
+      host + ":" + std::to_string(rendezvous::localPort(mesh->listener_.get()));
   if (rank == 0) {
-    token = randomToken();
-    store.set("token", std::vector<char>(token.begin(), token.end()));
-  } else {
-    std::vector<char> bytes;
-    try {
-      bytes = store.get("token", left(deadline));
-    } catch (const Timeout&) {
-      throw Timeout(what + ": rank 0 never published the job token within " +
-                    std::to_string(args.config.timeout.count()) + " ms");
-    }
-    if (bytes.size() != kTokenBytes) throw Internal(what + ": malformed job token in the store");
-    std::memcpy(token.data(), bytes.data(), kTokenBytes);
+    mesh->token_ = randomToken();
+    mesh->haveToken_ = true;
+    args.store->set("token", std::vector<char>(mesh->token_.begin(), mesh->token_.end()));
   }
+  args.store->set(addressKey(rank), std::vector<char>(address.begin(), address.end()));
+  mesh->connectAll(neighbours, rendezvous::deadlineAfter(args.config.timeout));
+  return mesh;
+}
 
-  // Lower ranks: connect, say hello, wait for the answer.
-  for (int peer = 0; peer < rank; ++peer) {
-    std::vector<char> bytes;
-    try {
-      bytes = store.get("addr/" + std::to_string(peer), left(deadline));
-    } catch (const Timeout&) {
-      throw Timeout(what + ": rank " + std::to_string(peer) + " did not arrive within " +
-                    std::to_string(args.config.timeout.count()) + " ms");
+void Mesh::connectAll(const std::vector<int>& peers, Deadline deadline) {
+  connectLower(peers, deadline);
+  while (true) {
+    std::vector<int> missing;
+    for (int peer : peers) {
+      if (peer > rank_ && peer < size_ && !peers_[peer].valid()) missing.push_back(peer);
     }
-    auto [peerHost, peerPort] = splitAddress(bytes, peer);
+    if (missing.empty()) return;
+    pollfd pfd{listener_.get(), POLLIN, 0};
+    int n = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left(deadline).count(), INT_MAX)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::sort(missing.begin(), missing.end());
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      throw Timeout(what_ + ": " + ranksPhrase(missing) + " did not connect within " +
+                    std::to_string(timeout_.count()) + " ms");
+    }
+    acceptOne(deadline);
+  }
+}
+
+int Mesh::connectedPeers() const {
+  return static_cast<int>(std::count_if(peers_.begin(), peers_.end(),
+                                        [](const Fd& fd) { return fd.valid(); }));
+}
+
+void Mesh::readAddresses(const std::vector<int>& peers, Deadline deadline) {
+  std::vector<int> ranks;
+  for (int peer : peers) {
+    if (addresses_[peer].second == 0) ranks.push_back(peer);
+  }
+  std::vector<std::string> keys;
+  for (int peer : ranks) keys.push_back(addressKey(peer));
+  if (!haveToken_) keys.push_back("token");
+  std::vector<std::vector<char>> values;
+  try {
+    values = store_->multiGet(keys, left(deadline));
+  } catch (const Timeout&) {
+    std::vector<int> missing;
+    for (int peer : ranks) {
+      if (!store_->check(addressKey(peer))) missing.push_back(peer);
+    }
+    if (!haveToken_ && !store_->check("token")) missing.insert(missing.begin(), 0);
+    if (missing.empty()) throw;
+    throw Timeout(what_ + ": " + ranksPhrase(missing) + (missing.size() == 1 ? " has" : " have") +
+                  " not arrived within " + std::to_string(timeout_.count()) +
+                  " ms (never started, or stopped before setting up)");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    addresses_[ranks[i]] = splitAddress(values[i], ranks[i]);
+  }
+  if (!haveToken_) {
+    const auto& bytes = values.back();
+    if (bytes.size() != kTokenBytes) throw Internal(what_ + ": malformed job token in the store");
+    std::memcpy(token_.data(), bytes.data(), kTokenBytes);
+    haveToken_ = true;
+  }
+}
+
+void Mesh::readToken(Deadline deadline) {
+  if (haveToken_) return;
+  std::vector<char> bytes;
+  try {
+    bytes = store_->get("token", left(deadline));
+  } catch (const Timeout&) {
+    throw Timeout(what_ + ": rank 0 never published the job token within " +
+                  std::to_string(timeout_.count()) + " ms");
+  }
+  if (bytes.size() != kTokenBytes) throw Internal(what_ + ": malformed job token in the store");
+  std::memcpy(token_.data(), bytes.data(), kTokenBytes);
+  haveToken_ = true;
+}
+
+void Mesh::connectLower(const std::vector<int>& peers, Deadline deadline) {
+  std::vector<int> lower;
+  for (int peer : peers) {
+    if (peer < rank_ && !peers_[peer].valid() &&
+        std::find(lower.begin(), lower.end(), peer) == lower.end()) {
+      lower.push_back(peer);
+    }
+  }
+  if (lower.empty()) return;
+  std::sort(lower.begin(), lower.end());
+  readAddresses(lower, deadline);
+  for (int peer : lower) {
+    const auto& [peerHost, peerPort] = addresses_[peer];
     std::string error;
     Fd fd = rendezvous::connectTo(peerHost, peerPort, deadline, &error);
     if (!fd.valid()) {
-      throw PeerFailure(what + ": cannot connect to rank " + std::to_string(peer) + " at " +
+      throw PeerFailure(what_ + ": cannot connect to rank " + std::to_string(peer) + " at " +
                         peerHost + ":" + std::to_string(peerPort) + ": " + error);
     }
-    Hello hello{kHelloMagic, kVersion, static_cast<uint32_t>(rank), static_cast<uint32_t>(peer),
-                static_cast<uint32_t>(size), token};
+    Hello hello{kHelloMagic, kVersion, static_cast<uint32_t>(rank_), static_cast<uint32_t>(peer),
+                static_cast<uint32_t>(size_), token_};
     Ack ack{};
     IoResult io = rendezvous::sendAll(fd.get(), &hello, sizeof(hello), deadline);
     if (io == IoResult::kOk) io = rendezvous::recvAll(fd.get(), &ack, sizeof(ack), deadline);
     if (io == IoResult::kTimeout) {
-      throw Timeout(what + ": rank " + std::to_string(peer) + " did not answer within " +
-                    std::to_string(args.config.timeout.count()) + " ms");
+      throw Timeout(what_ + ": rank " + std::to_string(peer) + " did not answer within " +
+                    std::to_string(timeout_.count()) + " ms");
     }
     if (io != IoResult::kOk || ack.magic != kAckMagic || ack.from != static_cast<uint32_t>(peer)) {
-      throw PeerFailure(what + ": rank " + std::to_string(peer) + " refused the connection (" +
+      throw PeerFailure(what_ + ": rank " + std::to_string(peer) + " refused the connection (" +
                         (io == IoResult::kOk ? "bad answer" : rendezvous::describe(io)) +
                         "; is another job using the same rendezvous?)");
     }
-    mesh->peers_[peer] = std::move(fd);
+    peers_[peer] = std::move(fd);
   }
+}
 
-  // Higher ranks: accept until each has said hello; anything else is dropped.
-  int waiting = size - 1 - rank;
-  while (waiting > 0) {
-    pollfd pfd{listener.get(), POLLIN, 0};
-    int n = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left(deadline).count(), INT_MAX)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::vector<int> missing;
-      for (int r = rank + 1; r < size; ++r) {
-        if (!mesh->peers_[r].valid()) missing.push_back(r);
-      }
-      throw Timeout(what + ": " + ranksPhrase(missing) + " did not connect within " +
-                    std::to_string(args.config.timeout.count()) + " ms");
-    }
-    Fd fd = rendezvous::acceptOne(listener.get(), nullptr);
-    if (!fd.valid()) continue;
-    std::string why;
-    int from = readHello(fd.get(), rank, size, token, deadline, &why);
-    if (from < 0 || mesh->peers_[from].valid()) continue;  // dropped: fd closes here
-    Ack ack{kAckMagic, static_cast<uint32_t>(rank)};
-    if (rendezvous::sendAll(fd.get(), &ack, sizeof(ack), deadline) != IoResult::kOk) continue;
-    mesh->peers_[from] = std::move(fd);
-    --waiting;
-  }
-  return mesh;
+void Mesh::acceptOne(Deadline deadline) {
+  Fd fd = rendezvous::acceptOne(listener_.get(), nullptr);
+  if (!fd.valid()) return;
+  readToken(deadline);
+  std::string why;
+  int from = readHello(fd.get(), rank_, size_, token_, deadline, &why);
+  if (from < 0 || peers_[from].valid()) return;  // dropped: fd closes here
+  Ack ack{kAckMagic, static_cast<uint32_t>(rank_)};
+  if (rendezvous::sendAll(fd.get(), &ack, sizeof(ack), deadline) != IoResult::kOk) return;
+  peers_[from] = std::move(fd);
 }
 
 void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv> recvs) {
@@ -225,17 +286,27 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
     if (failedByTimeout_) throw Timeout(message);
     throw PeerFailure(message);
   }
-  const uint32_t sequence = sequence_++;
+  const auto deadline = rendezvous::deadlineAfter(timeout_);
+  {
+    std::vector<int> named;
+    for (const auto& send : sends) named.push_back(send.to);
+    for (const auto& recv : recvs) named.push_back(recv.from);
+    try {
+      connectLower(named, deadline);
+    } catch (const Error& e) {
+      fail(e);
+    }
+  }
 
   struct Out {
-    int fd;
+    int peer;
     FrameHeader header;
     const char* data;
     uint64_t done = 0;  // bytes of header + data sent
   };
   struct In {
-    int fd;
     Recv recv;
+    uint32_t sequence;
     FrameHeader header{};
     uint64_t done = 0;  // bytes of header + data received
     char* dst = nullptr;
@@ -245,9 +316,9 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
   outs.reserve(sends.size());
   ins.reserve(recvs.size());
   for (const auto& s : sends) {
-    outs.push_back(Out{peers_[s.to].get(), FrameHeader{kFrameMagic, sequence, s.length}, s.data});
+    outs.push_back(Out{s.to, FrameHeader{kFrameMagic, operation_, s.length}, s.data});
   }
-  for (const auto& r : recvs) ins.push_back(In{peers_[r.from].get(), r});
+  for (const auto& r : recvs) ins.push_back(In{r, operation_});
 
   auto closedBy = [&](int peer) {
     return PeerFailure(std::string("control ") + what + ": connection to rank " +
@@ -260,7 +331,9 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
   };
 
   // Returns true when the send is complete; throws on a dead connection.
-  auto pushOut = [&](Out& o, int peer) {
+  auto pushOut = [&](Out& o) {
+    const int peer = o.peer;
+    const int fd = peers_[peer].get();
     const uint64_t total = sizeof(FrameHeader) + o.header.length;
     while (o.done < total) {
       iovec iov[2];
@@ -275,7 +348,7 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = parts;
-      ssize_t n = ::sendmsg(o.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         o.done += static_cast<uint64_t>(n);
         continue;
@@ -291,6 +364,8 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
   // or a frame that does not belong here.
   auto pullIn = [&](In& in) {
     const int peer = in.recv.from;
+    const int fd = peers_[peer].get();
+    const uint32_t sequence = in.sequence;
     while (true) {
       char* dst;
       uint64_t want;
@@ -303,7 +378,7 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
         dst = in.dst + off;
         want = in.header.length - off;
       }
-      ssize_t n = ::recv(in.fd, dst, want, MSG_DONTWAIT);
+      ssize_t n = ::recv(fd, dst, want, MSG_DONTWAIT);
       if (n == 0) fail(closedBy(peer));
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -341,29 +416,46 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
     }
   };
 
-  const auto deadline = rendezvous::deadlineAfter(timeout_);
   std::vector<pollfd> fds;
   std::vector<int> waitingOn;
+  std::vector<int> unconnected;  // higher ranks this transfer waits to connect
   while (true) {
     fds.clear();
     waitingOn.clear();
-    for (size_t i = 0; i < outs.size(); ++i) {
-      if (!pushOut(outs[i], sends[i].to)) {
-        fds.push_back({outs[i].fd, POLLOUT, 0});
-        waitingOn.push_back(sends[i].to);
+    unconnected.clear();
+    for (auto& out : outs) {
+      if (!peers_[out.peer].valid()) {
+        unconnected.push_back(out.peer);
+      } else if (!pushOut(out)) {
+        fds.push_back({peers_[out.peer].get(), POLLOUT, 0});
+        waitingOn.push_back(out.peer);
       }
     }
     for (auto& in : ins) {
-      if (!pullIn(in)) {
-        fds.push_back({in.fd, POLLIN, 0});
+      if (!peers_[in.recv.from].valid()) {
+        unconnected.push_back(in.recv.from);
+      } else if (!pullIn(in)) {
+        fds.push_back({peers_[in.recv.from].get(), POLLIN, 0});
         waitingOn.push_back(in.recv.from);
       }
     }
-    if (fds.empty()) return;
+    if (fds.empty() && unconnected.empty()) return;
+    // Always accept: a peer that connects for this or a later transfer
+    // waits for the answer.
+    fds.push_back({listener_.get(), POLLIN, 0});
     int n = ::poll(fds.data(), fds.size(),
                    static_cast<int>(std::min<int64_t>(left(deadline).count(), INT_MAX)));
-    if (n < 0 && errno != EINTR) fail(socketError(waitingOn.front(), errno));
-    if (n == 0 && Clock::now() >= deadline) failTimeout(what, waitingOn);
+    if (n < 0 && errno != EINTR) {
+      fail(socketError(waitingOn.empty() ? unconnected.front() : waitingOn.front(), errno));
+    }
+    if (n > 0 && (fds.back().revents & POLLIN) != 0) {
+      try {
+        acceptOne(deadline);
+      } catch (const Error& e) {
+        fail(e);
+      }
+    }
+    if (n == 0 && Clock::now() >= deadline) failTimeout(what, waitingOn, unconnected);
   }
 }
 
@@ -374,17 +466,26 @@ void Mesh::fail(const Error& error) {
   // Peers blocked on this rank see the connections close instead of waiting
   // out their own timeout.
   for (auto& fd : peers_) fd.reset();
+  listener_.reset();
   if (failedByTimeout_) throw Timeout(failure_);
   if (error.code() == ErrorCode::kInternal) throw Internal(failure_);
   throw PeerFailure(failure_);
 }
 
-void Mesh::failTimeout(const char* what, const std::vector<int>& waitingOn) {
-  std::vector<int> ranks = waitingOn;
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  fail(Timeout(std::string("control ") + what + ": no progress with " + ranksPhrase(ranks) +
-               " within " + std::to_string(timeout_.count()) + " ms"));
+void Mesh::failTimeout(const char* what, const std::vector<int>& waitingOn,
+                       const std::vector<int>& neverConnected) {
+  auto sorted = [](std::vector<int> ranks) {
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    return ranks;
+  };
+  std::string text = std::string("control ") + what + ": ";
+  if (!waitingOn.empty()) text += "no progress with " + ranksPhrase(sorted(waitingOn));
+  if (!neverConnected.empty()) {
+    if (!waitingOn.empty()) text += "; ";
+    text += ranksPhrase(sorted(neverConnected)) + " never connected";
+  }
+  fail(Timeout(text + " within " + std::to_string(timeout_.count()) + " ms"));
 }
 
 }  // namespace kolo::comm::tcp
