@@ -315,6 +315,26 @@ void Job::beginStop(Stop reason, int rank, Clock::time_point now) {
   stop_ = reason;
   stopRank_ = rank;
   stopAt_ = now;
+  if (reason == Stop::kRankFailed && arrivals_) {
+    // A rank that fails at start-up most likely waited for one that never
+    // came: the report names those too (before the others are stopped),
+    // where some rank did arrive (a program that never rendezvouses is
+    // not waiting for anyone).
+    std::vector<int> notYet;
+    bool someArrived = false;
+    for (auto& r : ranks_) {
+      if (!r.arrived) {
+        try {
+          r.arrived = arrivals_->check("kolo/arrived/" + std::to_string(r.placement.rank));
+        } catch (const std::exception&) {
+          r.arrived = true;  // the store is shutting down: claim nothing
+        }
+      }
+      someArrived = someArrived || r.arrived;
+      if (!r.arrived && r.placement.rank != rank) notYet.push_back(r.placement.rank);
+    }
+    if (someArrived) missing_ = std::move(notYet);
+  }
   for (auto& r : ranks_) {
     if (!r.running) continue;
     ++stoppedOthers_;

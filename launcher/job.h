@@ -81,7 +81,9 @@ class Job {
   int stopSignal_ = 0;    // for kSignal
   int stoppedOthers_ = 0;
   std::string spawnError_;
-  std::vector<int> missing_;  // for kStartTimeout
+  // kStartTimeout: the ranks that never arrived; kRankFailed: those that had
+  // not arrived when a rank failed (empty for a job that never polls).
+  std::vector<int> missing_;
   bool killedLocal_ = false, killedRemote_ = false;
   Clock::time_point drainUntil_{};
   bool arrivalsPending_ = true;

@@ -71,6 +71,9 @@ int Job::finish() {
           line += " (" + signalName(code - 128) + " on the remote host?)";
         }
       }
+      if (!missing_.empty()) {
+        line += "; " + groupByHost(missing_, plan_.ranks) + " had not reached rendezvous";
+      }
       line += "; " + others;
       break;
     }

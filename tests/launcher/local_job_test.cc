@@ -220,6 +220,30 @@ TEST(LocalJobs, StartTimeoutNamesTheRanksThatNeverArrived) {
   EXPECT_TRUE(waitForNoProcessesWith(token, milliseconds(500)).empty());
 }
 
+// A rank that fails at start-up (its peers time out waiting for one that
+// never came) is reported with the ranks that had not arrived, by host.
+TEST(LocalJobs, AFailureAtStartUpNamesTheRanksThatHadNotArrived) {
+  std::string token = uniqueToken("arrive");
+  // After the exchange every rank but 2 and 3 has arrived (each arrives
+  // before it exchanges).
+  auto r = runKolorun(withProbe({"-np", "6"}, {"tag", token, "arrive-unless-rank", "2,3",
+                                               "exchange", "exit-if-rank", "0", "5", "sleep",
+                                               "60"}));
+  EXPECT_EQ(r.exitCode, 5) << r.err;
+  EXPECT_NE(lastLine(r.err).find("rank 0 (host localhost) exited with code 5; ranks 2,3 (host "
+                                 "localhost) had not reached rendezvous"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(waitForNoProcessesWith(token, std::chrono::seconds(10)).empty());
+}
+
+// A program that never rendezvouses is not said to be waiting for anyone.
+TEST(LocalJobs, AFailureOfAProgramWithoutKoloNamesNoMissingRanks) {
+  auto r = runKolorun(withProbe({"-np", "3"}, {"exit-if-rank", "1", "4", "sleep", "60"}));
+  EXPECT_EQ(r.exitCode, 4) << r.err;
+  EXPECT_EQ(lastLine(r.err).find("rendezvous"), std::string::npos) << r.err;
+}
+
 TEST(LocalJobs, AStoreClientWithTheWrongSecretIsRefused) {
   auto r = runKolorun(withProbe({"-np", "1"}, {"wrong-secret", "arrive"}));
   EXPECT_EQ(r.exitCode, 0) << r.err;

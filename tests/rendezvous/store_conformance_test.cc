@@ -193,6 +193,15 @@ TEST_P(StoreConformance, MultiGetTimeoutNamesOnlyTheMissingKeys) {
   EXPECT_LT(watch.elapsed().count(), 1500);
 }
 
+TEST_P(StoreConformance, CheckManyAnswersEachKeyInOrderWithoutBlocking) {
+  store_->set("c1", bytesOf("x"));
+  store_->set("c3", bytesOf(""));
+  Stopwatch watch;
+  EXPECT_EQ(store_->checkMany({"c1", "c2", "c3", "c1"}), (std::vector<bool>{true, false, true, true}));
+  EXPECT_TRUE(store_->checkMany({}).empty());
+  EXPECT_LT(watch.elapsed().count(), 1000);
+}
+
 TEST_P(StoreConformance, ZeroTimeoutStillFindsExistingKeys) {
   store_->set("here", bytesOf("v"));
   EXPECT_EQ(textOf(store_->get("here", milliseconds(0))), "v");

@@ -39,6 +39,15 @@ class Store {
   /// True when the key exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
 
+  /// Which of keys exist now, in their order; never blocks. The TCP store
+  /// answers in one request; the default checks each.
+  virtual std::vector<bool> checkMany(const std::vector<std::string>& keys) {
+    std::vector<bool> present;
+    present.reserve(keys.size());
+    for (const auto& key : keys) present.push_back(check(key));
+    return present;
+  }
+
   /// Blocks until all keys exist or timeout passes, then returns their
   /// values in the order of keys; throws kolo::Timeout naming the missing
   /// keys. The TCP store does it in one request (start-up reads many peers'
@@ -87,6 +96,12 @@ class PrefixStore : public Store {
   }
   bool check(const std::string& key) override {
     return inner_->check(prefix_ + key);
+  }
+  std::vector<bool> checkMany(const std::vector<std::string>& keys) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    return inner_->checkMany(full);
   }
   std::vector<std::vector<char>> multiGet(const std::vector<std::string>& keys,
                                           std::chrono::milliseconds timeout) override {

@@ -39,8 +39,11 @@ std::string abortReport(Store& store, int r) {
 Status publishedAbort(Store& store, int size) {
   // One read while no rank aborted, whatever the job's size.
   if (!store.check(kAnyAbortKey)) return Status::Ok();
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(abortKey(r));
+  const std::vector<bool> aborted = store.checkMany(keys);
   for (int r = 0; r < size; ++r) {
-    if (!store.check(abortKey(r))) continue;
+    if (!aborted[r]) continue;
     try {
       return Status{ErrorCode::kPeerFailure, abortReport(store, r)};
     } catch (const std::exception&) {
@@ -95,26 +98,43 @@ Status diagnoseFailure(const std::exception& error, Store& store, const Identity
     auto limit = std::min<std::chrono::milliseconds>(
         timeout, closed ? std::chrono::seconds(2) : std::chrono::seconds(5));
     auto deadline = std::chrono::steady_clock::now() + limit;
+    // A few requests per poll, whatever the job's size: every rank of a
+    // large job diagnoses at once.
+    std::vector<int> others;
+    std::vector<std::string> keys;
     for (int r = 0; r < identity.size; ++r) {
       if (r == identity.rank) continue;
-      if (!store.check(presenceKey(r))) {
-        unknown.push_back(r);
-        continue;
-      }
-      bool alive = false;
-      bool aborted = false;
-      while (true) {
-        aborted = store.check(abortKey(r));
-        alive = store.check(aliveKey(r));
-        if (aborted || alive || std::chrono::steady_clock::now() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (aborted) {
-        messages += (messages.empty() ? "" : "; ") + abortReport(store, r);
-      } else if (!alive) {
-        missing.push_back(r);
-      }
+      others.push_back(r);
+      keys.push_back(presenceKey(r));
     }
+    const std::vector<bool> present = store.checkMany(keys);
+    std::vector<int> pending;  // present: waiting for alive or aborted
+    for (size_t i = 0; i < others.size(); ++i) {
+      (present[i] ? pending : unknown).push_back(others[i]);
+    }
+    std::vector<int> aborted;
+    while (!pending.empty()) {
+      keys.clear();
+      for (int r : pending) {
+        keys.push_back(abortKey(r));
+        keys.push_back(aliveKey(r));
+      }
+      const std::vector<bool> seen = store.checkMany(keys);
+      std::vector<int> still;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if (seen[2 * i]) {
+          aborted.push_back(pending[i]);
+        } else if (!seen[2 * i + 1]) {
+          still.push_back(pending[i]);
+        }
+      }
+      pending = std::move(still);
+      if (pending.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    missing = pending;
+    std::sort(aborted.begin(), aborted.end());
+    for (int r : aborted) messages += (messages.empty() ? "" : "; ") + abortReport(store, r);
   } catch (const std::exception& e) {
     return Status{ErrorCode::kPeerFailure,
                   "lost contact with the other ranks and with the rendezvous store (" +

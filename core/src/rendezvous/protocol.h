@@ -9,9 +9,11 @@
 //     WAIT  u32 n, n * key, u64 timeout_ms
 //     ADD   key, i64 delta      CHECK key
 //     MULTI_GET  u32 n, n * key, u64 timeout_ms
+//     CHECK_MANY u32 n, n * key
 //   response := u8 status, then
 //     OK      GET: value | ADD: i64 | CHECK: u8 | SET, WAIT: nothing
 //             MULTI_GET: u32 n, n * value (in the order of the keys)
+//             CHECK_MANY: u32 n, n * u8
 //     TIMEOUT message
 //     ERROR   u8 kolo::ErrorCode, message
 //
@@ -42,6 +44,7 @@ enum class Command : uint8_t {
   kAdd = 4,
   kCheck = 5,
   kMultiGet = 6,
+  kCheckMany = 7,
 };
 enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 

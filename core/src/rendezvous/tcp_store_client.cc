@@ -102,6 +102,21 @@ class TcpStore : public Store {
                 });
   }
 
+  std::vector<bool> checkMany(const std::vector<std::string>& keys) override {
+    Writer request;
+    request.u8(static_cast<uint8_t>(Command::kCheckMany)).u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& key : keys) request.bytes(key);
+    const auto count = keys.size();
+    return call(request, "CHECK_MANY of " + std::to_string(count) + " keys",
+                deadlineAfter(kIoTimeout), [count](Reader& in) {
+                  if (in.u32() != count) throw ProtocolError("wrong number of answers");
+                  std::vector<bool> present;
+                  present.reserve(count);
+                  for (size_t i = 0; i < count; ++i) present.push_back(in.u8() != 0);
+                  return present;
+                });
+  }
+
   int64_t add(const std::string& key, int64_t delta) override {
     Writer request;
     request.u8(static_cast<uint8_t>(Command::kAdd)).bytes(key).i64(delta);

@@ -265,6 +265,17 @@ std::optional<std::vector<char>> TcpStoreServer::Impl::handle(
       }
       break;
     }
+    case Command::kCheckMany: {
+      uint32_t count = in.u32();
+      if (count > request.size()) throw ProtocolError("CHECK_MANY announces too many keys");
+      std::vector<std::string> keys;
+      keys.reserve(count);
+      for (uint32_t i = 0; i < count; ++i) keys.push_back(in.string());
+      in.expectEnd();
+      out.u8(static_cast<uint8_t>(Reply::kOk)).u32(count);
+      for (const auto& key : keys) out.u8(map->check(key) ? 1 : 0);
+      break;
+    }
     case Command::kCheck: {
       std::string key = in.string();
       in.expectEnd();

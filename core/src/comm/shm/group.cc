@@ -221,9 +221,27 @@ std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes,
   }
   std::string firstError;
   try {
-    for (int r = 0; r < id.size && firstError.empty(); ++r) {
-      auto report = store.get(reportKey(r), timeout);
-      if (report != std::vector<char>{'o', 'k'}) firstError.assign(report.begin(), report.end());
+    // One request for all reports (start-up stays a few requests per rank).
+    std::vector<std::string> keys;
+    for (int r = 0; r < id.size; ++r) keys.push_back(reportKey(r));
+    std::vector<std::vector<char>> reports;
+    try {
+      reports = store.multiGet(keys, timeout);
+    } catch (const Timeout&) {
+      // Some rank never reported; one that did may have said why.
+      for (const auto& key : keys) {
+        if (store.check(key)) reports.push_back(store.get(key, timeout));
+      }
+      if (std::all_of(reports.begin(), reports.end(),
+                      [](const auto& r) { return r == std::vector<char>{'o', 'k'}; })) {
+        throw;
+      }
+    }
+    for (const auto& report : reports) {
+      if (report != std::vector<char>{'o', 'k'}) {
+        firstError.assign(report.begin(), report.end());
+        break;
+      }
     }
   } catch (...) {
     if (!name.empty()) Segment::unlink(name);

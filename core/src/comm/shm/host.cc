@@ -88,16 +88,17 @@ HostLayout layoutOf(const std::vector<std::string>& keys) {
 
 namespace {
 
-// Waits until every rank published its host key: the first point where the
-// ranks of a job meet. A rank that never came is named, not its key.
-void waitForRanks(const BackendArgs& args) {
+// Reads every other rank's host key in one request, waiting until all are
+// published: the first point where the ranks of a job meet. A rank that
+// never came is named, not its key.
+std::vector<std::vector<char>> readHostKeys(const BackendArgs& args) {
   const Identity& id = args.identity;
   std::vector<std::string> keys;
   for (int r = 0; r < id.size; ++r) {
     if (r != id.rank) keys.push_back("host/" + std::to_string(r));
   }
   try {
-    args.store->wait(keys, args.config.timeout);
+    return args.store->multiGet(keys, args.config.timeout);
   } catch (const Timeout&) {
     std::vector<int> missing;
     for (int r = 0; r < id.size; ++r) {
@@ -128,10 +129,10 @@ HostLayout exchangeLayout(const BackendArgs& args) {
   keys[id.rank] = mine;
   if (id.size > 1) {
     args.store->set("host/" + std::to_string(id.rank), std::vector<char>(mine.begin(), mine.end()));
-    waitForRanks(args);
+    const auto values = readHostKeys(args);
     for (int r = 0; r < id.size; ++r) {
       if (r == id.rank) continue;
-      auto value = args.store->get("host/" + std::to_string(r), args.config.timeout);
+      const auto& value = values[r < id.rank ? r : r - 1];
       KOLO_CHECK_ARG(!value.empty() && value.size() <= kMaxHostKeyBytes,
                      "the rendezvous store holds a malformed host key for rank " +
                          std::to_string(r) + " (" + std::to_string(value.size()) + " bytes)");

@@ -258,10 +258,15 @@ void Mesh::connectLower(const std::vector<int>& peers, Deadline deadline) {
       throw Timeout(what_ + ": rank " + std::to_string(peer) + " did not answer within " +
                     std::to_string(timeout_.count()) + " ms");
     }
-    if (io != IoResult::kOk || ack.magic != kAckMagic || ack.from != static_cast<uint32_t>(peer)) {
-      throw PeerFailure(what_ + ": rank " + std::to_string(peer) + " refused the connection (" +
-                        (io == IoResult::kOk ? "bad answer" : rendezvous::describe(io)) +
-                        "; is another job using the same rendezvous?)");
+    if (io != IoResult::kOk) {
+      throw PeerFailure(what_ + ": rank " + std::to_string(peer) +
+                        " closed the connection before answering (" + rendezvous::describe(io) +
+                        "; it exited or failed, or another job uses the same rendezvous)");
+    }
+    if (ack.magic != kAckMagic || ack.from != static_cast<uint32_t>(peer)) {
+      throw PeerFailure(what_ + ": rank " + std::to_string(peer) +
+                        "'s address answered as another program (is another job using the "
+                        "same rendezvous?)");
     }
     peers_[peer] = std::move(fd);
   }
