@@ -3,7 +3,9 @@
 // and exits 3. Scenarios: sum (20 small allreduces), stop / die (rank 1
 // stops or exits after one), every-op (every op against references, prints
 // EVERY-OP), kill-mid / stop-mid (rank 1 killed or stopped 300 ms into
-// back-to-back 64 MB allreduces).
+// back-to-back 64 MB allreduces), exit-without-shutdown (returns from main
+// after one allreduce), exit-hung-callback (returns from main while a
+// completion callback never returns).
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -213,6 +215,29 @@ int main(int argc, char** argv) {
         _exit(9);
       }
       for (int step = 1; step < 1000; ++step) allreduceStep(step);
+    } else if (scenario == "exit-without-shutdown") {
+      // Returns from main with the engine up: the atexit hook shuts it down.
+      allreduceStep(0);
+      std::printf("OK\n");
+      std::fflush(stdout);
+      return 0;
+    } else if (scenario == "exit-hung-callback") {
+      // A completion callback that never returns holds the engine's thread:
+      // the atexit hook gives up after KOLO_TIMEOUT and ends the process.
+      allreduceStep(0);
+      static std::vector<float> v(4, 1.0f);
+      kolo::Request q;
+      q.name = "hung";
+      q.shape = {4};
+      kolo::Entry e;
+      e.input = v.data();
+      e.output = v.data();
+      e.onDone = [](const kolo::Status&) { std::this_thread::sleep_for(std::chrono::hours(1)); };
+      kolo::defaultEngine().enqueue(q, e);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::printf("RETURNING\n");
+      std::fflush(stdout);
+      return 0;
     } else if (scenario == "kill-mid" || scenario == "stop-mid") {
       // Under kolorun: the first failed rank makes it SIGTERM the others;
       // a survivor still reports its own error (kolorun's grace period).

@@ -137,6 +137,41 @@ TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
   EXPECT_LT(took, std::chrono::seconds(12));
 }
 
+// A C++ program that returns from main() without kolo::shutdown() leaves
+// the job at exit (the atexit hook), cleanly and at once.
+TEST(MultiProcess, ReturningFromMainWithoutShutdownExitsCleanly) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(startWorker(r, 2, server.port(), "exit-without-shutdown", "20"));
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
+    EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
+  }
+}
+
+// When the engine cannot stop (a completion callback never returns), exit
+// still ends within KOLO_TIMEOUT, with exit code 1 and the reason.
+TEST(MultiProcess, ExitIsBoundedByTheTimeoutWhenShutdownHangs) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  std::vector<Worker> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(startWorker(r, 2, server.port(), "exit-hung-callback", "2"));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  // Unbounded, the callbacks would hold the processes for an hour.
+  auto deadline = start + std::chrono::seconds(60);
+  for (auto& w : workers) {
+    finish(w, deadline);
+    EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 1) << w.output;
+    EXPECT_NE(w.output.find("RETURNING"), std::string::npos) << w.output;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(50));
+}
+
 TEST(MultiProcess, EveryOpOnSharedMemory) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
   std::vector<Worker> workers;

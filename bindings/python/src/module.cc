@@ -81,6 +81,9 @@ void bindProcess(py::module_& m) {
       "'rank R failed: message'.");
   m.def("shutdown", &kolo::shutdown, Release(),
         "Leaves the job (idempotent); pending operations fail. init() may be called again.");
+  m.def("shutdown_at_exit", &kolo::shutdownAtExit, Release(),
+        "shutdown() bounded by KOLO_TIMEOUT; past it, ends the process with exit code 1 "
+        "(what the atexit hook runs).");
   m.def("is_initialized", &kolo::isInitialized,
         "True between init() and shutdown().");
   m.def("rank", &kolo::rank,

@@ -40,6 +40,16 @@ void init(std::vector<std::vector<int>> processSets = {});
 /// engine's background thread, which it joins).
 void shutdown();
 
+/// What init() registers with std::atexit, so that a program that returns
+/// from main() (or calls exit()) without shutdown() still leaves the job
+/// while the CUDA runtime is up, and within a bound: shutdown(), given
+/// KOLO_TIMEOUT (the init()'s Config::timeout) to finish. When it does not
+/// (a completion callback or the GPU is hung), it prints why on stderr and
+/// ends the process at once with exit code 1 (std::_Exit), leaving the
+/// engine behind. Python's atexit hook calls it too. Does nothing when no
+/// engine runs; safe to call more than once.
+void shutdownAtExit() noexcept;
+
 /// True between init() and shutdown(). Never throws.
 bool isInitialized();
 

@@ -2,10 +2,16 @@
 // piece of process-wide state in kolo, kept here on purpose: the Engine
 // itself has none, and tests construct engines directly.
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <future>
 #include <mutex>
+#include <thread>
+
+#include <unistd.h>
 
 #include "elastic/worker_client.h"
 #include "kolo/kolo.h"
@@ -15,9 +21,12 @@ namespace kolo {
 namespace {
 
 struct DefaultEngine {
-  std::mutex mu;
+  std::timed_mutex mu;
   std::unique_ptr<TcpStoreServer> server;  // rank 0 under torchrun/Slurm
   std::unique_ptr<Engine> engine;
+  std::chrono::milliseconds exitBound{0};  // KOLO_TIMEOUT of the engine's init()
+  pid_t owner = 0;                         // the process that called init()
+  bool atexitRegistered = false;
   // Elastic workers (kolorun's elastic driver): kept across shutdown/init.
   std::unique_ptr<elastic::detail::WorkerClient> elastic;
   std::vector<std::vector<int>> elasticSets;  // static sets of every elastic world
@@ -75,7 +84,7 @@ std::shared_ptr<Store> connectLaunchStore(const LaunchInfo& info, std::chrono::m
 
 void init(std::vector<std::vector<int>> processSets) {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::timed_mutex> lock(s.mu);
   if (s.engine) {
     throw InvalidArgument("kolo::init() was already called; call kolo::shutdown() first");
   }
@@ -102,6 +111,15 @@ void init(std::vector<std::vector<int>> processSets) {
     s.server = std::move(server);
   }
   liveEngine = s.engine.get();
+  s.exitBound = config.timeout;
+  s.owner = getpid();
+  if (!s.atexitRegistered) {
+    // Registered after the engine (and so the CUDA runtime it started):
+    // atexit runs it first, before the runtime's own teardown and before
+    // static destruction.
+    std::atexit([] { shutdownAtExit(); });
+    s.atexitRegistered = true;
+  }
   std::terminate_handler installed = std::get_terminate();
   if (installed != abortPeersThenTerminate) {
     previousTerminate = installed;
@@ -111,7 +129,7 @@ void init(std::vector<std::vector<int>> processSets) {
 
 void shutdown() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::timed_mutex> lock(s.mu);
   if (!s.engine) return;
   liveEngine = nullptr;
   s.engine->shutdown();
@@ -119,15 +137,52 @@ void shutdown() {
   s.server.reset();
 }
 
+void shutdownAtExit() noexcept {
+  auto& s = state();
+  std::unique_lock<std::timed_mutex> lock(s.mu, std::defer_lock);
+  // Another thread in init() or shutdown() at exit: leave the engine to it.
+  if (!lock.try_lock_for(std::chrono::seconds(1)) || !s.engine) return;
+  // A child forked after init() exiting: the engine's threads are the
+  // parent's; touching it here could only hang.
+  if (getpid() != s.owner) return;
+  liveEngine = nullptr;
+  const auto bound = s.exitBound;
+  // A thread of its own owns the engine while it shuts down, so that this
+  // one can stop waiting; it is joined when it finishes in time.
+  auto finished = std::make_shared<std::promise<void>>();
+  std::future<void> done = finished->get_future();
+  std::thread stopper([engine = s.engine.release(), server = s.server.release(), finished] {
+    try {
+      engine->shutdown();
+    } catch (...) {
+      // Exiting: nobody left to tell.
+    }
+    delete engine;
+    delete server;
+    finished->set_value();
+  });
+  if (done.wait_for(bound) == std::future_status::ready) {
+    stopper.join();
+    return;
+  }
+  stopper.detach();
+  std::fprintf(stderr,
+               "kolo: shutdown at exit did not finish within KOLO_TIMEOUT (%.1f s): a completion "
+               "callback or the GPU is hung; ending the process without it (exit code 1)\n",
+               std::chrono::duration<double>(bound).count());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 bool isInitialized() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::timed_mutex> lock(s.mu);
   return s.engine != nullptr;
 }
 
 Engine& defaultEngine() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::timed_mutex> lock(s.mu);
   if (!s.engine) {
     throw InvalidArgument("kolo::init() has not been called (or kolo::shutdown() already was); "
                           "call kolo::init() first");
@@ -138,7 +193,7 @@ Engine& defaultEngine() {
 namespace elastic::detail {
 WorkerClient* processClient() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<std::timed_mutex> lock(s.mu);
   return s.elastic.get();
 }
 }  // namespace elastic::detail

@@ -179,10 +179,10 @@ def shutdown():
 
 def _shutdown_at_exit():
     # The engine stops while the interpreter and CUDA are still up, not in
-    # static destruction, where CUDA may be gone and GPU work still pending.
+    # static destruction, where CUDA may be gone and GPU work still pending,
+    # and within KOLO_TIMEOUT: past it the process ends with exit code 1.
     try:
-        if _kolo.is_initialized():
-            _kolo.shutdown()
+        _kolo.shutdown_at_exit()
     except Exception:  # nothing to report to at exit
         pass
 
