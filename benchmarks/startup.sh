@@ -8,22 +8,25 @@
 # store request while all ask at once, and the ratio of each size's first
 # allreduce to the smallest size's. Writes benchmarks/results/startup.csv.
 #
-#   benchmarks/startup.sh [--ranks "8 64 128 256 512"] [--rounds 3] [--no-build]
+#   benchmarks/startup.sh [--ranks "8 64 128 256 512"] [--rounds 3] [--shm] [--no-build]
 #
 # Each size runs --rounds times, sizes taking turns; the table shows the
-# median round. Environment: KOLO_BENCH_BUILD (build directory, default
-# build/bench), KOLO_BENCH_JOBS (build jobs, default 2).
+# median round. --shm keeps kolo's default for one host (shared memory, no
+# sockets between ranks) and writes results/startup-shm.csv instead.
+# Environment: KOLO_BENCH_BUILD (build directory, default build/bench),
+# KOLO_BENCH_JOBS (build jobs, default 2).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${KOLO_BENCH_BUILD:-$root/build/bench}
-ranks="8 64 128 256 512" rounds=3 do_build=1
+ranks="8 64 128 256 512" rounds=3 do_build=1 shm=0
 while (($#)); do
   case $1 in
     --ranks) ranks=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --no-build) do_build=0 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --shm) shm=1 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "startup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -48,7 +51,7 @@ trap 'rm -rf "$out"' EXIT
 for ((round = 1; round <= rounds; ++round)); do
   for n in $ranks; do
     log=$out/$n.$round
-    if ! KOLO_SHM=0 KOLO_BENCH_EPOCH_NS=$(date +%s%N) \
+    if ! env $( ((shm)) || echo KOLO_SHM=0) KOLO_BENCH_EPOCH_NS="$(date +%s%N)" \
         timeout 900 "$kolorun" -np "$n" "$bench" >"$log" 2>&1; then
       echo "startup.sh: $n ranks failed (round $round):" >&2
       grep -v '^\[[0-9]*\]<stdout>:startup ' "$log" | tail -5 >&2
@@ -56,9 +59,11 @@ for ((round = 1; round <= rounds; ++round)); do
   done
 done
 
-python3 - "$out" "$rounds" "$root/benchmarks/results/startup.csv" $ranks <<'EOF'
+csv=$root/benchmarks/results/startup$( ((shm)) && echo -shm).csv
+python3 - "$out" "$rounds" "$csv" "$shm" $ranks <<'EOF'
 import re, statistics, sys
-out, rounds, csv_path, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+out, rounds, csv_path, shm, sizes = (sys.argv[1], int(sys.argv[2]), sys.argv[3],
+                                      sys.argv[4] == "1", sys.argv[5:])
 fields = ["started", "init", "first", "tenth", "sockets", "store_requests", "store_us"]
 table = {}
 for n in sizes:
@@ -95,5 +100,6 @@ with open(csv_path, "w") as csv:
         csv.write(f"{n},{t['rounds']},{t['started']:.3f},{t['init']:.3f},{t['first']:.3f},"
                   f"{t['tenth']:.3f},{t['sockets']:.0f},{t['store_requests']:.0f},"
                   f"{t['store_us']:.1f}\n")
-print(f"(slowest rank per round, median of {rounds} rounds; KOLO_SHM=0; wrote {csv_path})")
+planes = "kolo's defaults" if shm else "KOLO_SHM=0"
+print(f"(slowest rank per round, median of {rounds} rounds; {planes}; wrote {csv_path})")
 EOF
