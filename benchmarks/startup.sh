@@ -59,7 +59,9 @@ for ((round = 1; round <= rounds; ++round)); do
   done
 done
 
-csv=$root/benchmarks/results/startup$( ((shm)) && echo -shm).csv
+suffix=""
+((shm)) && suffix=-shm
+csv=$root/benchmarks/results/startup$suffix.csv
 python3 - "$out" "$rounds" "$csv" "$shm" $ranks <<'EOF'
 import re, statistics, sys
 out, rounds, csv_path, shm, sizes = (sys.argv[1], int(sys.argv[2]), sys.argv[3],
