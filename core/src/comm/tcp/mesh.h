@@ -4,28 +4,29 @@
 // a negotiation cycle cheap on machines where every thread hand-off costs a
 // context switch.
 //
-// Connections are made on first use, only to the peers a transfer names:
-// the callers' algorithms (recursive doubling, binomial trees) talk to
-// O(log N) peers each, so a rank of a large job holds a few dozen sockets,
-// not N-1, and start-up reads a few store keys, not N.
+// Never a full mesh: connect() connects the peers the caller's algorithms
+// use every step (recursive doubling, binomial trees: O(log N) of them), and
+// a transfer naming any other peer connects it first. A rank of a large job
+// holds a few dozen sockets, not N-1, and start-up reads a few store keys,
+// not N.
 //
 // Setup: connect() makes a listener and publishes "host:port" in the
 // (backend-private) store; rank 0 also publishes a random job token. The
-// higher rank of a pair connects to the lower one: it reads the lower
-// rank's address (one batched store read for every lower peer the caller
-// expects to use), sends a hello carrying its rank and the token, and waits
-// for the answer. A rank in a transfer also accepts: a connection with a
+// higher rank of a pair connects to the lower one: it reads the addresses
+// of all the lower peers it is about to connect in one batched store read,
+// sends a hello carrying its rank and the token, and waits for the answer.
+// A rank in connect() or in a transfer also accepts: a connection with a
 // wrong token, a garbled hello or an unexpected rank is dropped (only job
 // members can read the token: the store is authenticated). Waiting for the
 // answer cannot deadlock: the chain of waits runs to ever lower ranks, and
-// the lowest is in a transfer (accepting) or on its way to one.
+// the lowest is accepting or on its way to it.
 //
 // Transfers are framed (magic, operation number, length) so a rank out of
 // step with a peer is reported instead of misreading bytes: callers number
 // their collectives (nextOperation), the same on every rank, and a frame of
-// another operation is an error. Every wait is bounded by
-// the backend timeout; a closed connection is PeerFailure and a silent peer
-// is Timeout, both naming the peer.
+// another operation is an error. Every wait is bounded by the backend
+// timeout; a closed connection is PeerFailure and a silent peer is Timeout,
+// both naming the peer.
 #pragma once
 
 #include <array>
