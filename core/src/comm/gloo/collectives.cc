@@ -88,7 +88,6 @@ void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op
     return;
   }
   context_->run("allreduce", [&](uint32_t tag) {
-    context_->connectPeers(ringNeighbours());
     withStorageType(dtype, [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
       ::gloo::AllreduceOptions opts(context_->glooContext());
@@ -146,7 +145,6 @@ void Collectives::allgatherv(const void* in, void* out, const std::vector<size_t
   }
   if (total(counts) == 0 || context_->size() == 1) return;
   context_->run("allgatherv", [&](uint32_t tag) {
-    context_->connectPeers(ringNeighbours());
     withStorageType(dtype, [&](auto* typed) {
       using T = std::remove_pointer_t<decltype(typed)>;
       ::gloo::AllgathervOptions opts(context_->glooContext());
@@ -215,7 +213,6 @@ void Collectives::reducescatter(const void* in, void* out, const std::vector<siz
   }
   if (total(recvCounts) == 0) return;
   context_->run("reducescatter", [&](uint32_t tag) {
-    context_->connectPeers(ringNeighbours());
     ringReduceScatter(static_cast<const char*>(in), static_cast<char*>(out), recvCounts, dtype, op,
                       tag);
   });
@@ -286,12 +283,6 @@ void Collectives::treeBroadcast(char* buf, size_t bytes, int root, uint32_t tag)
   }
   for (int child : tree.children) data->send(child, slot);
   for (size_t i = 0; i < tree.children.size(); ++i) waitSend(*data, timeout);
-}
-
-std::vector<int> Collectives::ringNeighbours() const {
-  const int n = context_->size();
-  const int me = context_->rank();
-  return {(me + n - 1) % n, (me + 1) % n};
 }
 
 void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {

@@ -9,8 +9,9 @@
 // 2 MiB 1.7 ms vs 5.7 ms; 8 MiB about even; above that gloo's ring, which
 // sends each byte twice whatever n, takes over.
 //
-// Connections: the rings and trees talk to O(log n) peers, connected on
-// first use (Context::connectPeers); only alltoallv needs every peer.
+// Connections: the ring neighbours are connected at setup (factory.cc);
+// a tree broadcast connects its parent and children on first use
+// (Context::connectPeers), and only alltoallv needs every peer.
 // Buffers are handed to gloo typed by their storage (float16/bfloat16 as
 // uint16_t, bool as uint8_t) so segments split on element boundaries, and
 // reductions call kolo::reduceElements.
@@ -54,7 +55,6 @@ class Collectives final : public comm::Collectives {
                          DataType dtype, ReduceOp op, uint32_t tag);
   void meshAllreduce(void* buf, size_t count, DataType dtype, ReduceOp op);
   void treeBroadcast(char* buf, size_t bytes, int root, uint32_t tag);
-  std::vector<int> ringNeighbours() const;
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Context> context_;

@@ -12,7 +12,7 @@
 #include <gloo/types.h>
 
 #include "comm/tcp/interfaces.h"
-#include "common/ranks_text.h"
+#include "rendezvous/arrival.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::gloo {
@@ -111,9 +111,13 @@ int Context::connectedPeers() const {
 }
 
 void Context::connectPeers(const std::vector<int>& peers) {
+  auto isNew = [&](int peer) {
+    return peer >= 0 && peer < size_ && peer != rank_ && !connected_[peer];
+  };
+  if (std::none_of(peers.begin(), peers.end(), isNew)) return;  // every call after the first
   std::vector<int> fresh;
   for (int peer : peers) {
-    if (peer >= 0 && peer < size_ && peer != rank_ && !connected_[peer]) fresh.push_back(peer);
+    if (isNew(peer)) fresh.push_back(peer);
   }
   std::sort(fresh.begin(), fresh.end());
   fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
@@ -129,14 +133,9 @@ void Context::connectPeers(const std::vector<int>& peers) {
   try {
     addresses = store_->multiGet(keys, timeout_);
   } catch (const Timeout&) {
-    std::vector<int> missing;
-    for (size_t i = 0; i < fresh.size(); ++i) {
-      if (!store_->check(keys[i])) missing.push_back(fresh[i]);
-    }
+    const std::vector<int> missing = rendezvous::ranksWithoutKey(*store_, keys, fresh);
     if (missing.empty()) throw;
-    throw Timeout("connect: " + ranksPhrase(missing) + (missing.size() == 1 ? " has" : " have") +
-                  " not arrived within " + std::to_string(timeout_.count()) +
-                  " ms (never started, or stopped before setting up)");
+    throw Timeout("connect: " + rendezvous::notArrived(missing, timeout_));
   }
   // Each pair's connect waits for its peer's; running them side by side
   // keeps one slow peer from holding up the rest (and any order of waits

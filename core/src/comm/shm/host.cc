@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/ranks_text.h"
+#include "rendezvous/arrival.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::shm {
@@ -94,16 +95,16 @@ namespace {
 std::vector<std::vector<char>> readHostKeys(const BackendArgs& args) {
   const Identity& id = args.identity;
   std::vector<std::string> keys;
+  std::vector<int> ranks;
   for (int r = 0; r < id.size; ++r) {
-    if (r != id.rank) keys.push_back("host/" + std::to_string(r));
+    if (r == id.rank) continue;
+    keys.push_back("host/" + std::to_string(r));
+    ranks.push_back(r);
   }
   try {
     return args.store->multiGet(keys, args.config.timeout);
   } catch (const Timeout&) {
-    std::vector<int> missing;
-    for (int r = 0; r < id.size; ++r) {
-      if (r != id.rank && !args.store->check("host/" + std::to_string(r))) missing.push_back(r);
-    }
+    const std::vector<int> missing = rendezvous::ranksWithoutKey(*args.store, keys, ranks);
     if (missing.empty()) throw;
     char limit[32];
     std::snprintf(limit, sizeof(limit), "%.1f",

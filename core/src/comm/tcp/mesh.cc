@@ -17,6 +17,7 @@
 
 #include "kolo/error.h"
 #include "common/ranks_text.h"
+#include "rendezvous/arrival.h"
 #include "comm/tcp/interfaces.h"
 
 namespace kolo::comm::tcp {
@@ -190,30 +191,32 @@ void Mesh::readAddresses(const std::vector<int>& peers, Deadline deadline) {
   }
   std::vector<std::string> keys;
   for (int peer : ranks) keys.push_back(addressKey(peer));
-  if (!haveToken_) keys.push_back("token");
+  const bool withToken = !haveToken_;  // rank 0's, read along
+  std::vector<int> owners = ranks;
+  if (withToken) {
+    keys.push_back("token");
+    owners.push_back(0);
+  }
   std::vector<std::vector<char>> values;
   try {
     values = store_->multiGet(keys, left(deadline));
   } catch (const Timeout&) {
-    std::vector<int> missing;
-    for (int peer : ranks) {
-      if (!store_->check(addressKey(peer))) missing.push_back(peer);
-    }
-    if (!haveToken_ && !store_->check("token")) missing.insert(missing.begin(), 0);
+    std::vector<int> missing = rendezvous::ranksWithoutKey(*store_, keys, owners);
     if (missing.empty()) throw;
-    throw Timeout(what_ + ": " + ranksPhrase(missing) + (missing.size() == 1 ? " has" : " have") +
-                  " not arrived within " + std::to_string(timeout_.count()) +
-                  " ms (never started, or stopped before setting up)");
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    throw Timeout(what_ + ": " + rendezvous::notArrived(missing, timeout_));
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     addresses_[ranks[i]] = splitAddress(values[i], ranks[i]);
   }
-  if (!haveToken_) {
-    const auto& bytes = values.back();
-    if (bytes.size() != kTokenBytes) throw Internal(what_ + ": malformed job token in the store");
-    std::memcpy(token_.data(), bytes.data(), kTokenBytes);
-    haveToken_ = true;
-  }
+  if (withToken) setToken(values.back());
+}
+
+void Mesh::setToken(const std::vector<char>& bytes) {
+  if (bytes.size() != kTokenBytes) throw Internal(what_ + ": malformed job token in the store");
+  std::memcpy(token_.data(), bytes.data(), kTokenBytes);
+  haveToken_ = true;
 }
 
 void Mesh::readToken(Deadline deadline) {
@@ -225,9 +228,7 @@ void Mesh::readToken(Deadline deadline) {
     throw Timeout(what_ + ": rank 0 never published the job token within " +
                   std::to_string(timeout_.count()) + " ms");
   }
-  if (bytes.size() != kTokenBytes) throw Internal(what_ + ": malformed job token in the store");
-  std::memcpy(token_.data(), bytes.data(), kTokenBytes);
-  haveToken_ = true;
+  setToken(bytes);
 }
 
 void Mesh::connectLower(const std::vector<int>& peers, Deadline deadline) {
@@ -292,7 +293,12 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
     throw PeerFailure(message);
   }
   const auto deadline = rendezvous::deadlineAfter(timeout_);
-  {
+  // Every step after the first finds its peers connected: no allocation then.
+  auto unconnectedLower = [&](int peer) { return peer < rank_ && !peers_[peer].valid(); };
+  bool connecting = false;
+  for (const auto& send : sends) connecting = connecting || unconnectedLower(send.to);
+  for (const auto& recv : recvs) connecting = connecting || unconnectedLower(recv.from);
+  if (connecting) {
     std::vector<int> named;
     for (const auto& send : sends) named.push_back(send.to);
     for (const auto& recv : recvs) named.push_back(recv.from);

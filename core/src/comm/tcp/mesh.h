@@ -102,6 +102,7 @@ class Mesh {
   // never published one.
   void readAddresses(const std::vector<int>& peers, Deadline deadline);
   void readToken(Deadline deadline);
+  void setToken(const std::vector<char>& bytes);  // checks its size
   // Accepts one connection from the listener (poll said it is readable).
   void acceptOne(Deadline deadline);
   [[noreturn]] void fail(const Error& error);
