@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "kolo/error.h"
@@ -68,6 +69,11 @@ class Collectives {
     (void)why;
     abortAsync();
   }
+
+  // What ControlChannel::abandon does, for this plane's connections. Loop
+  // thread only; never throws. Planes without connections of their own to
+  // close (MPI, the GPU planes, which abortAsync stops) do nothing.
+  virtual void abandon(const std::string& why) { (void)why; }
 };
 
 }  // namespace kolo::comm

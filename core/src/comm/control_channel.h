@@ -1,5 +1,5 @@
 // ControlChannel: what the controller needs to negotiate. Implementations:
-// comm/gloo, comm/mpi.
+// comm/tcp, comm/shm, comm/mpi.
 //
 // Threading: every method is called from the engine's background thread
 // only, and every rank calls the same methods in the same order. Methods
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kolo::comm {
@@ -32,6 +33,14 @@ class ControlChannel {
   virtual void broadcast(std::vector<char>& bytes, int root) = 0;
 
   virtual void barrier() = 0;
+
+  // After a failure on this rank, before the engine finds out who failed:
+  // closes this rank's connections (a shared-memory channel marks the rank
+  // failed in its segment), so a peer blocked on this rank fails now and
+  // starts its own diagnosis instead of waiting until this rank tears
+  // down. Later calls throw, naming why. Channels that cannot (MPI) do
+  // nothing. Never throws.
+  virtual void abandon(const std::string& why) { (void)why; }
 };
 
 }  // namespace kolo::comm

@@ -112,6 +112,9 @@ struct Engine::Impl : CallerCycles {
   void failSetOnLoop(ProcessSetState& set, const Status& status);
   // Fails everything and closes the queue: the engine is done.
   void failAllOnLoop(const Status& status);
+  // After a backend threw: closes every set's connections at once (see
+  // comm::ControlChannel::abandon), before the diagnosis that takes seconds.
+  void abandonConnectionsOnLoop(const std::string& why);
   // A wedged GPU (it did not stop after an abort): the CUDA ops' entries
   // are kept for good instead of released by the failure.
   void keepCudaTensorsOnLoop();

@@ -50,10 +50,15 @@ Engine::Impl::Iteration Engine::Impl::iterateOnLoop(std::chrono::steady_clock::t
       }
     }
   } catch (const std::exception& e) {
+    // A peer learns of a failure only from the peers it talks to (rings,
+    // trees, recursive doubling), so those blocked on this rank must fail
+    // now: then each reaches its own diagnosis while this one still waits
+    // for it to say it is alive, instead of being named as a rank that
+    // stopped responding.
+    abandonConnectionsOnLoop(e.what());
     Status s = diagnoseFailure(e, *store, identity, config.timeout);
     log->error("{}", s.message);
     failAllOnLoop(s);
-    // Closing our connections makes peers blocked on us fail promptly.
     sets.clear();
     return Iteration::kEnded;
   }
@@ -457,6 +462,14 @@ void Engine::Impl::failSetOnLoop(ProcessSetState& set, const Status& status) {
   for (auto it = set.pending.begin(); it != set.pending.end(); ++it) all.push_back(it);
   completeOnLoop(set, all, status);
   table.setJoined(set.id, false);
+}
+
+void Engine::Impl::abandonConnectionsOnLoop(const std::string& why) {
+  const std::string text = "closed after an earlier failure on this rank: " + why;
+  for (auto& [id, set] : sets) {
+    if (set->controller) set->controller->channel().abandon(text);
+    if (set->executor) set->executor->collectives().abandon(text);
+  }
 }
 
 void Engine::Impl::failAllOnLoop(const Status& status) {

@@ -47,6 +47,7 @@ class StagedCollectives final : public comm::Collectives {
 
   // Any thread: later calls throw PeerFailure.
   void abortAsync() override { aborted_.store(true, std::memory_order_release); }
+  void abandon(const std::string& why) override { host_->abandon(why); }
 
  private:
   // The context of the device the non-null buffers live on; nullptr when

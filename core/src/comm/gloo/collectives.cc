@@ -79,6 +79,11 @@ void* orDummy(const void* ptr) {
 Collectives::Collectives(std::unique_ptr<Context> context, std::unique_ptr<tcp::Mesh> mesh)
     : context_(std::move(context)), mesh_(std::move(mesh)) {}
 
+void Collectives::abandon(const std::string& why) {
+  context_->abandon(why);
+  if (mesh_) mesh_->abandon(why);
+}
+
 void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   checkReduceOp(op, "allreduce");
   const size_t es = elementSize(dtype);  // rejects an unknown dtype before the network

@@ -48,6 +48,7 @@ class Collectives final : public comm::Collectives {
                  const std::vector<size_t>& recvCounts, DataType dtype) override;
   void reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
                      DataType dtype, ReduceOp op) override;
+  void abandon(const std::string& why) override;
 
  private:
   // Ring reduce-scatter for size > 1 and a non-empty total; see .cc.

@@ -190,6 +190,13 @@ void Context::closeConnections() noexcept {
   }
 }
 
+void Context::abandon(const std::string& why) noexcept {
+  if (failed_) return;
+  failed_ = true;
+  failure_ = why;
+  closeConnections();
+}
+
 void Context::run(const char* what, const std::function<void(uint32_t tag)>& fn) {
   if (failed_) {
     const std::string message = std::string("gloo ") + what +

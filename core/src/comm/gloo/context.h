@@ -64,6 +64,11 @@ class Context {
   // every later run() throws at once without touching the network.
   void run(const char* what, const std::function<void(uint32_t tag)>& fn);
 
+  // After a failure elsewhere on this rank (comm::Collectives::abandon):
+  // closes the connections as a failed run() does; later runs throw
+  // PeerFailure with why. Never throws.
+  void abandon(const std::string& why) noexcept;
+
  private:
   Context(std::shared_ptr<::gloo::Context> context,
           std::shared_ptr<::gloo::transport::Context> transport, std::shared_ptr<Store> store,

@@ -66,6 +66,13 @@ void Collectives::guarded(const char* what, Fn&& fn) {
   }
 }
 
+void Collectives::abandon(const std::string& why) {
+  if (failure_.empty()) failure_ = why;
+  for (auto* plane : {&planes_.local, &planes_.cross, &planes_.flat}) {
+    if (*plane) (*plane)->abandon(why);
+  }
+}
+
 void Collectives::checkCounts(const std::vector<size_t>& counts, const char* what) const {
   KOLO_CHECK_ARG(counts.size() == static_cast<size_t>(layout_.size()),
                  std::string("hierarchical ") + what + ": " + std::to_string(counts.size()) +

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -65,6 +66,9 @@ class Collectives final : public comm::Collectives {
   bool canSwitchTwoLevelAllreduce() const override { return true; }
   bool twoLevelAllreduce() const override { return allreduce_; }
   void setTwoLevelAllreduce(bool on) override { allreduce_ = on; }
+
+  // Abandons every plane; later calls throw as after a failure.
+  void abandon(const std::string& why) override;
 
  private:
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;

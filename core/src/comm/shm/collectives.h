@@ -70,6 +70,7 @@ class Collectives final : public comm::Collectives {
                  const std::vector<size_t>& recvCounts, DataType dtype) override;
   void reducescatter(const void* in, void* out, const std::vector<size_t>& recvCounts,
                      DataType dtype, ReduceOp op) override;
+  void abandon(const std::string& why) override { group_->abandon(why); }
 
  private:
   // Half h (0 or 1) of rank r's slot.

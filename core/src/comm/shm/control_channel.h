@@ -37,6 +37,7 @@ class ControlChannel final : public comm::ControlChannel {
   std::vector<std::vector<char>> gatherv(const std::vector<char>& mine, int root) override;
   void broadcast(std::vector<char>& bytes, int root) override;
   void barrier() override;
+  void abandon(const std::string& why) override { group_->abandon(why); }
 
  private:
   char* half(int r, uint32_t h) const { return group_->slot(r) + h * halfBytes_; }

@@ -371,6 +371,13 @@ void Group::failTimeout(int peer, const char* what) {
                std::to_string(timeout_.count()) + " ms" + how));
 }
 
+void Group::abandon(const std::string& why) noexcept {
+  if (failed_) return;
+  failed_ = true;
+  failure_ = why;
+  markGone(kFailed);
+}
+
 void Group::fail(const Error& error) {
   if (!failed_) {
     failed_ = true;

@@ -99,6 +99,9 @@ class Group {
   // Poisons the group with an error raised by its user (e.g. a reduce that
   // threw midway) so peers do not wait for phases that will never come.
   [[noreturn]] void fail(const Error& error);
+  // fail(), without throwing, for a failure elsewhere on this rank
+  // (comm::Collectives::abandon): later calls throw PeerFailure with why.
+  void abandon(const std::string& why) noexcept;
 
  private:
   Group(Segment segment, int rank, int size, size_t slotBytes, std::chrono::milliseconds timeout,

@@ -37,6 +37,7 @@ class ControlChannel final : public comm::ControlChannel {
   std::vector<std::vector<char>> gatherv(const std::vector<char>& mine, int root) override;
   void broadcast(std::vector<char>& bytes, int root) override;
   void barrier() override;
+  void abandon(const std::string& why) override { mesh_->abandon(why); }
 
  private:
   void allreduceBits(std::vector<uint64_t>& bits, bool isAnd, const char* what);

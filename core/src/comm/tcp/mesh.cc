@@ -470,14 +470,25 @@ void Mesh::transfer(const char* what, std::vector<Send> sends, std::vector<Recv>
   }
 }
 
-void Mesh::fail(const Error& error) {
+void Mesh::abandon(const std::string& why) noexcept {
+  if (failed_) return;
   failed_ = true;
-  failedByTimeout_ = error.code() == ErrorCode::kTimeout;
-  failure_ = error.what();
+  failure_ = why;
+  closeAll();
+}
+
+void Mesh::closeAll() noexcept {
   // Peers blocked on this rank see the connections close instead of waiting
   // out their own timeout.
   for (auto& fd : peers_) fd.reset();
   listener_.reset();
+}
+
+void Mesh::fail(const Error& error) {
+  failed_ = true;
+  failedByTimeout_ = error.code() == ErrorCode::kTimeout;
+  failure_ = error.what();
+  closeAll();
   if (failedByTimeout_) throw Timeout(failure_);
   if (error.code() == ErrorCode::kInternal) throw Internal(failure_);
   throw PeerFailure(failure_);

@@ -91,6 +91,11 @@ class Mesh {
   // the first error.
   void transfer(const char* what, std::vector<Send> sends, std::vector<Recv> recvs);
 
+  // After a failure elsewhere on this rank (ControlChannel::abandon):
+  // closes every connection as a failed transfer does; later transfers
+  // throw PeerFailure with why. Never throws.
+  void abandon(const std::string& why) noexcept;
+
  private:
   Mesh(int rank, int size, std::chrono::milliseconds timeout);
   using Deadline = rendezvous::Deadline;
@@ -106,6 +111,7 @@ class Mesh {
   // Accepts one connection from the listener (poll said it is readable).
   void acceptOne(Deadline deadline);
   [[noreturn]] void fail(const Error& error);
+  void closeAll() noexcept;
   [[noreturn]] void failTimeout(const char* what, const std::vector<int>& waitingOn,
                                 const std::vector<int>& neverConnected);
 
