@@ -24,18 +24,20 @@
 
 namespace {
 
-void allreduceStep(int step) {
+// processSet 0, or one of ranks {0, ..., members - 1}.
+void allreduceStep(int step, int processSet = 0, int members = kolo::size()) {
   auto& engine = kolo::defaultEngine();
   std::vector<float> v(1000, static_cast<float>(kolo::rank() + 1));
   kolo::Request q;
   q.name = "grad";
   q.dtype = kolo::DataType::kFloat32;
   q.shape = {1000};
+  q.processSet = processSet;
   kolo::Entry e;
   e.input = v.data();
   e.output = v.data();
   engine.enqueue(q, e).wait();
-  const float want = kolo::size() * (kolo::size() + 1) / 2.0f;
+  const float want = members * (members + 1) / 2.0f;
   if (v[999] != want) {
     std::printf("step %d: got %f want %f\n", step, v[999], want);
     std::exit(4);
@@ -45,7 +47,8 @@ void allreduceStep(int step) {
 // 64 MB float32 allreduces back to back: each takes milliseconds, so a
 // signal that arrives at a random moment most likely finds every rank inside
 // the data-plane collective. Prints which step failed.
-void largeAllreducesUntilError() {
+// processSet: 0, or one of `members` ranks.
+void largeAllreducesUntilError(int processSet = 0, int members = kolo::size()) {
   auto& engine = kolo::defaultEngine();
   std::vector<float> v(size_t(16) << 20, 1.0f);
   for (int step = 0;; ++step) {
@@ -53,9 +56,10 @@ void largeAllreducesUntilError() {
     q.name = "large";
     q.dtype = kolo::DataType::kFloat32;
     q.shape = {static_cast<int64_t>(v.size())};
+    q.processSet = processSet;
     engine.enqueue(q, kolo::Entry{v.data(), v.data(), {}, {}}).wait();
     // No refill between steps (it would take as long as the allreduce).
-    if (step == 0 && v.back() != static_cast<float>(kolo::size())) {
+    if (step == 0 && v.back() != static_cast<float>(members)) {
       std::printf("step %d: got %f\n", step, v.back());
       std::exit(4);
     }
@@ -215,6 +219,22 @@ int main(int argc, char** argv) {
         _exit(9);
       }
       for (int step = 1; step < 1000; ++step) allreduceStep(step);
+    } else if (scenario == "kill-in-set") {
+      // Ranks 0 and 1 run large allreduces in a set of their own, and rank
+      // 1 is killed in one: rank 0 fails in that set's connections while
+      // the others wait for it in set 0's negotiation.
+      const int pair = kolo::defaultEngine().addProcessSet({0, 1});
+      if (kolo::rank() < 2) {
+        if (kolo::rank() == 1) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            raise(SIGKILL);
+          }).detach();
+        }
+        largeAllreducesUntilError(pair, 2);
+      } else {
+        allreduceStep(0);  // ranks 0 and 1 never join it: it fails with them
+      }
     } else if (scenario == "exit-without-shutdown") {
       // Returns from main with the engine up: the atexit hook shuts it down.
       allreduceStep(0);

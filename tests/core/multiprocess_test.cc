@@ -123,6 +123,39 @@ TEST(MultiProcess, KilledPeerIsNamedWithinTheTimeout) {
   EXPECT_LT(took, std::chrono::seconds(12));
 }
 
+// Over TCP a rank hears of a failure only from the peers it talks to
+// (recursive doubling, rings), in the connections where it waits. Every
+// survivor names the dead rank alone, not also survivors still on their way
+// to saying they are alive: "die" has every rank in the same collectives;
+// in "kill-in-set" rank 0 fails in a process set's connections while rank 2
+// waits for it in set 0's negotiation, and learns of the failure only when
+// rank 0 closes those too.
+void expectOnlyTheDeadRankNamed(const std::string& scenario, int size) {
+  kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
+  setenv("KOLO_SHM", "0", 1);  // the workers inherit it: every rank on TCP
+  std::vector<Worker> workers;
+  for (int r = 0; r < size; ++r) workers.push_back(startWorker(r, size, server.port(), scenario, "5"));
+  unsetenv("KOLO_SHM");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < size; ++r) {
+    finish(workers[r], deadline);
+    if (r == 1) continue;  // the rank that died
+    const std::string& out = workers[r].output;
+    EXPECT_TRUE(WIFEXITED(workers[r].status) && WEXITSTATUS(workers[r].status) == 3)
+        << "rank " << r << ": " << out;
+    EXPECT_NE(out.find("rank 1 stopped responding"), std::string::npos) << "rank " << r << ": " << out;
+    EXPECT_EQ(out.find("ranks "), std::string::npos) << "rank " << r << ": " << out;
+  }
+}
+
+TEST(MultiProcess, KilledPeerIsTheOnlyRankNamedByEverySurvivorOfEight) {
+  expectOnlyTheDeadRankNamed("die", 8);
+}
+
+TEST(MultiProcess, PeerKilledInAProcessSetIsTheOnlyRankNamedByEverySurvivor) {
+  expectOnlyTheDeadRankNamed("kill-in-set", 4);
+}
+
 TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
   Worker r0 = startWorker(0, 2, server.port(), "stop", "3");
