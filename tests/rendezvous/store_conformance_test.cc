@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <iterator>
 #include <memory>
@@ -134,6 +135,58 @@ TEST_P(StoreConformance, WaitReturnsOnceEveryKeyExists) {
   store_->wait({"w1", "w2", "w3"}, milliseconds(5000));
   EXPECT_TRUE(store_->check("w3"));
   setter.join();
+}
+
+// Waiters on overlapping key lists (repeats included), one whose key add()
+// creates, and one that timed out before its key came: each returns once
+// its last key exists, whichever client writes it, and not before.
+TEST_P(StoreConformance, ManyWaitersOnOverlappingKeysReturnWhenTheirLastKeyArrives) {
+  EXPECT_THROW(store_->wait({"o-late"}, milliseconds(50)), Timeout);
+  constexpr int kWaiters = 12;
+  auto key = [](int i) { return "o" + std::to_string(i % kWaiters); };
+  std::vector<std::vector<std::string>> lists;
+  for (int i = 0; i < kWaiters; ++i) lists.push_back({key(i), key(i + 1), key(i), key(i + 5)});
+  lists.push_back({"o-counter", "o-late"});
+  std::vector<std::shared_ptr<Store>> clients;
+  for (size_t i = 0; i < lists.size(); ++i) clients.push_back(backend_->client());
+  std::vector<std::atomic<bool>> done(lists.size());
+  std::vector<std::string> errors(lists.size());
+  std::vector<std::thread> waiters;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    waiters.emplace_back([&, i] {
+      try {
+        clients[i]->wait(lists[i], milliseconds(10000));
+        done[i] = true;
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  // Every key but the last of o0..o11; the waiters that need it stay.
+  for (int i = 0; i + 1 < kWaiters; ++i) store_->set(key(i), bytesOf("x"));
+  store_->add("o-counter", 1);
+  store_->set("o-late", bytesOf("x"));
+  auto needsLast = [&](size_t i) {
+    return std::count(lists[i].begin(), lists[i].end(), key(kWaiters - 1)) > 0;
+  };
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto othersDone = [&] {
+    for (size_t i = 0; i < lists.size(); ++i) {
+      if (!needsLast(i) && !done[i]) return false;
+    }
+    return true;
+  };
+  while (!othersDone() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  for (size_t i = 0; i < lists.size(); ++i) {
+    EXPECT_EQ(done[i].load(), !needsLast(i)) << "waiter " << i;
+  }
+  store_->set(key(kWaiters - 1), bytesOf("x"));
+  for (auto& t : waiters) t.join();
+  for (size_t i = 0; i < lists.size(); ++i) {
+    EXPECT_TRUE(done[i].load()) << "waiter " << i << ": " << errors[i];
+  }
 }
 
 TEST_P(StoreConformance, GetTimesOutWithinBoundsNamingTheKey) {

@@ -64,12 +64,16 @@ void Engine::Impl::cyclesOnLoop() {
   // While a caller runs the cycles (gateBusy: it held the gate when this
   // thread last looked), or did so within the last second, this thread
   // sleeps until woken (wake(), or a push outside CycleGate::kDriveWindow)
-  // or for a cycle time at most (as Horovod's loop does): a push right
-  // after a caller's drive does not wake it, since that caller most likely
-  // drains it, and an op nobody drains (an async op right after
-  // synchronous ones) is taken over within a cycle time. A caller wakes
-  // this thread when it stops with work left.
+  // or for a cycle time (as Horovod's loop does): a push right after a
+  // caller's drive does not wake it, since that caller most likely drains
+  // it, and an op nobody drains (an async op right after synchronous ones)
+  // is taken over within a cycle time. A caller wakes this thread when it
+  // stops with work left. While nothing happens those waits double, up to
+  // the idle back-off, and any push ends the longer ones: with hundreds of
+  // ranks on a few cores, loop threads waking every cycle time while their
+  // callers wait in a long collective would take the cores.
   bool gateBusy = false;
+  int quietWaits = 0;  // such waits in a row that ended with nothing to do
   while (true) {
     // An idle rank backs off (2, 4, 8, 16 cycle times) instead of spending
     // ~3% of a core on empty cycles; new work still wakes it at once, and a
@@ -83,8 +87,13 @@ void Engine::Impl::cyclesOnLoop() {
     if (!driven) {
       queue.waitForWork(deadline, lastWork + spinTime);
     } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
-      const bool woken =
-          queue.waitForWake(std::min(deadline, std::chrono::steady_clock::now() + cycleTime));
+      // A held gate: its holder runs the cycles, so only the back-off
+      // bounds this wait; otherwise an idle cycle may be due first.
+      const int shift = std::min(quietWaits, 4);
+      auto until = std::chrono::steady_clock::now() + cycleTime * (1 << shift);
+      if (!gateBusy) until = std::min(until, deadline);
+      const bool woken = queue.waitForWake(until, shift > 0);
+      quietWaits = woken || queue.hasWork() ? 0 : quietWaits + 1;
       if (!woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {
         continue;  // nothing is due: stay out of the callers' way (and off the gate)
       }

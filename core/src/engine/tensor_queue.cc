@@ -37,7 +37,7 @@ void TensorQueue::push(std::vector<PendingOp> ops, bool wakeLoop) {
     }
     for (auto& op : ops) queue_.push_back(std::move(op));
     ready_.store(true, std::memory_order_release);
-    if (wakeLoop) {
+    if (wakeLoop || anyPush_) {
       notify = sleeping_ || wakeOnly_;
       woken_ = woken_ || wakeOnly_;  // waitForWake returns for it too
     }
@@ -61,11 +61,13 @@ bool TensorQueue::hasWork() const {
   return !queue_.empty();
 }
 
-bool TensorQueue::waitForWake(std::chrono::steady_clock::time_point deadline) {
+bool TensorQueue::waitForWake(std::chrono::steady_clock::time_point deadline, bool anyPush) {
   std::unique_lock<std::mutex> lock(mu_);
   wakeOnly_ = true;
+  anyPush_ = anyPush;
   const bool woken = cv_.wait_until(lock, deadline, [&] { return woken_; });
   wakeOnly_ = false;
+  anyPush_ = false;
   woken_ = false;
   ready_.store(!queue_.empty(), std::memory_order_relaxed);
   return woken;

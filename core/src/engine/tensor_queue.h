@@ -44,8 +44,8 @@ class TensorQueue {
 
   // Loop thread, while callers run the cycles: returns true when wake() or
   // a push with wakeLoop was called, false when deadline passed; a quiet
-  // push does not wake it (a caller drains).
-  bool waitForWake(std::chrono::steady_clock::time_point deadline);
+  // push does not wake it (a caller drains) unless anyPush.
+  bool waitForWake(std::chrono::steady_clock::time_point deadline, bool anyPush = false);
 
   // Any thread: makes waitForWork and waitForWake return now.
   void wake();
@@ -67,6 +67,7 @@ class TensorQueue {
   bool woken_ = false;
   bool sleeping_ = false;  // the loop is blocked on cv_ (push and wake notify)
   bool wakeOnly_ = false;  // the loop is blocked in waitForWake (wake notifies)
+  bool anyPush_ = false;   // ... and quiet pushes notify too
   bool closed_ = false;
   // !queue_.empty() || woken_, readable without mu_ (the loop's spin).
   // Written under mu_.

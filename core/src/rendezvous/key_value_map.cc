@@ -1,5 +1,6 @@
 #include "rendezvous/key_value_map.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <utility>
@@ -9,11 +10,18 @@
 namespace kolo::rendezvous {
 
 void KeyValueMap::set(const std::string& key, const std::vector<char>& value) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    data_[key] = value;
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool created = data_.insert_or_assign(key, value).second;
+  if (created) wakeWaitersLocked(key);
+}
+
+void KeyValueMap::wakeWaitersLocked(const std::string& key) {
+  // Notified under mu_: a waiter whose wait ended anyway (deadline) removes
+  // itself under mu_ too, so it cannot be gone while notified here.
+  auto [begin, end] = waiters_.equal_range(key);
+  for (auto it = begin; it != end; ++it) {
+    if (--it->second->missing == 0) it->second->cv.notify_one();
   }
-  cv_.notify_all();
 }
 
 std::optional<std::vector<char>> KeyValueMap::tryGet(const std::string& key) const {
@@ -33,6 +41,7 @@ int64_t KeyValueMap::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = data_.find(key);
+    const bool created = it == data_.end();
     if (it != data_.end()) {
       std::string text(it->second.begin(), it->second.end());
       char* end = nullptr;
@@ -50,27 +59,44 @@ int64_t KeyValueMap::add(const std::string& key, int64_t delta) {
     }
     std::string text = std::to_string(value);
     data_[key] = std::vector<char>(text.begin(), text.end());
+    if (created) wakeWaitersLocked(key);
   }
-  cv_.notify_all();
   return value;
-}
-
-bool KeyValueMap::allPresentLocked(const std::vector<std::string>& keys) const {
-  for (const auto& key : keys) {
-    if (data_.count(key) == 0) return false;
-  }
-  return true;
 }
 
 bool KeyValueMap::waitFor(const std::vector<std::string>& keys, Deadline deadline) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto done = [&] { return shutdown_ || allPresentLocked(keys); };
-  if (deadline == kNoDeadline) {
-    cv_.wait(lock, done);
-  } else {
-    cv_.wait_until(lock, deadline, done);
+  if (shutdown_) return false;
+  std::vector<const std::string*> absent;  // distinct
+  for (const auto& key : keys) {
+    if (data_.count(key) == 0) absent.push_back(&key);
   }
-  return !shutdown_ && allPresentLocked(keys);
+  if (absent.empty()) return true;
+  auto byValue = [](const std::string* a, const std::string* b) { return *a < *b; };
+  auto same = [](const std::string* a, const std::string* b) { return *a == *b; };
+  std::sort(absent.begin(), absent.end(), byValue);
+  absent.erase(std::unique(absent.begin(), absent.end(), same), absent.end());
+  Waiter waiter;
+  waiter.missing = absent.size();
+  for (const std::string* key : absent) waiters_.emplace(*key, &waiter);
+  auto done = [&] { return shutdown_ || waiter.missing == 0; };
+  if (deadline == kNoDeadline) {
+    waiter.cv.wait(lock, done);
+  } else {
+    waiter.cv.wait_until(lock, deadline, done);
+  }
+  // By key and address: a rehash (another waiter's insert) invalidates
+  // iterators into waiters_.
+  for (const std::string* key : absent) {
+    auto [begin, end] = waiters_.equal_range(*key);
+    for (auto it = begin; it != end; ++it) {
+      if (it->second == &waiter) {
+        waiters_.erase(it);
+        break;
+      }
+    }
+  }
+  return !shutdown_ && waiter.missing == 0;
 }
 
 std::string KeyValueMap::missing(const std::vector<std::string>& keys) const {
@@ -83,11 +109,9 @@ std::string KeyValueMap::missing(const std::vector<std::string>& keys) const {
 }
 
 void KeyValueMap::shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shutdown_ = true;
-  }
-  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  for (auto& [key, waiter] : waiters_) waiter->cv.notify_one();
 }
 
 bool KeyValueMap::isShutdown() const {

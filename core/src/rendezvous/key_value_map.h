@@ -1,6 +1,9 @@
-// The data of a TCP store server: a map under a mutex whose waiters are woken
-// by every write and by shutdown(). Shared by the server's connection threads
-// and by TcpStoreServer::localStore(); all methods are thread-safe.
+// The data of a TCP store server: a map under a mutex. A waiter is woken
+// when the last of its keys appears (or by shutdown()), not by every write:
+// at start-up every rank of a large job waits on the server at once, and
+// waking all of them per write would be O(N^2) wake-ups behind one lock.
+// Shared by the server's connection threads and by
+// TcpStoreServer::localStore(); all methods are thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kolo/store.h"
@@ -37,11 +41,19 @@ class KeyValueMap {
   bool isShutdown() const;
 
  private:
-  bool allPresentLocked(const std::vector<std::string>& keys) const;
+  // One blocked waitFor: woken when missing reaches 0.
+  struct Waiter {
+    std::condition_variable cv;
+    size_t missing = 0;  // distinct keys of its list not present yet
+  };
+  // After key was written for the first time (under mu_).
+  void wakeWaitersLocked(const std::string& key);
 
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
   std::map<std::string, std::vector<char>> data_;
+  // A waiter under each key it misses; keys are never erased, so each
+  // entry is counted down once, by the write that creates its key.
+  mutable std::unordered_multimap<std::string, Waiter*> waiters_;
   bool shutdown_ = false;
 };
 
