@@ -20,6 +20,10 @@
 // store requests at once, through a client of its own: store_us is the mean
 // (what docs/benchmarks.md's start-up model scales). With KOLO_SHM=0 every
 // rank talks over TCP, as with one rank per host.
+//
+// With --load-only the process exits at once, before kolo::init: what
+// starting N processes that load kolo's libraries costs (startup.sh's
+// "load" column), apart from what kolo does at start-up.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -94,7 +98,8 @@ int openSockets() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--load-only") == 0) return 0;
   const char* epochText = std::getenv("KOLO_BENCH_EPOCH_NS");
   const int64_t epoch =
       epochText != nullptr ? std::strtoll(epochText, nullptr, 10) : processStartNs();

@@ -3,7 +3,9 @@
 # at several job sizes, one after another in one run, with KOLO_SHM=0 so
 # that every rank talks over TCP as with one rank per host, and prints per
 # size the launcher's floor (kolorun -np N /bin/true, timed just before),
-# the slowest rank's times (seconds from kolorun's start: last process
+# the floor of N processes that load kolo's libraries and exit (kolorun -np
+# N bench_startup --load-only: what the machine spends before kolo::init
+# runs), the slowest rank's times (seconds from kolorun's start: last process
 # started, init done, first and tenth 4-byte allreduce done), the most
 # sockets and store requests of any rank, the median rank's cost of one
 # store request while all ask at once, and the ratio of each size's first
@@ -56,6 +58,9 @@ for ((round = 1; round <= rounds; ++round)); do
     t0=$(date +%s%N)
     "$kolorun" -np "$n" /bin/true >/dev/null 2>&1 || true
     echo "launch=$(( ($(date +%s%N) - t0) / 1000000 ))" >"$out/$n.$round.launch"
+    t0=$(date +%s%N)
+    "$kolorun" -np "$n" "$bench" --load-only >/dev/null 2>&1 || true
+    echo "load=$(( ($(date +%s%N) - t0) / 1000000 ))" >"$out/$n.$round.load"
     if ! env $( ((shm)) || echo KOLO_SHM=0) KOLO_BENCH_EPOCH_NS="$(date +%s%N)" \
         timeout 900 "$kolorun" -np "$n" "$bench" >"$log" 2>&1; then
       echo "startup.sh: $n ranks failed (round $round):" >&2
@@ -88,15 +93,18 @@ for n in sizes:
         worst["store_us"] = statistics.median(row["store_us"] for row in rows)
         launch = open(f"{out}/{n}.{r}.launch").read().strip().split("=")[1]
         worst["launch"] = float(launch) / 1000
+        load = open(f"{out}/{n}.{r}.load").read().strip().split("=")[1]
+        worst["load"] = float(load) / 1000
         per_round.append(worst)
     if per_round:
-        table[n] = {k: statistics.median(r[k] for r in per_round) for k in fields + ["launch"]}
+        table[n] = {k: statistics.median(r[k] for r in per_round)
+                    for k in fields + ["launch", "load"]}
         table[n]["rounds"] = len(per_round)
 base = table.get(sizes[0], {}).get("first")
-print(f"{'ranks':>6} {'launch':>8} {'started':>8} {'init':>8} {'first':>8} {'tenth':>8} "
+print(f"{'ranks':>6} {'launch':>8} {'load':>8} {'started':>8} {'init':>8} {'first':>8} {'tenth':>8} "
       f"{'sockets':>8} {'requests':>9} {'store us':>9} {'first/' + sizes[0]:>9}")
 with open(csv_path, "w") as csv:
-    csv.write("ranks,rounds,launch_only_s,last_started_s,init_s,first_allreduce_s,tenth_allreduce_s,"
+    csv.write("ranks,rounds,launch_only_s,load_only_s,last_started_s,init_s,first_allreduce_s,tenth_allreduce_s,"
               "max_sockets,max_store_requests,median_store_request_us\n")
     for n in sizes:
         if n not in table:
@@ -104,9 +112,9 @@ with open(csv_path, "w") as csv:
             continue
         t = table[n]
         ratio = f"{t['first'] / base:.1f}x" if base else "-"
-        print(f"{n:>6} {t['launch']:8.2f} {t['started']:8.2f} {t['init']:8.2f} {t['first']:8.2f} {t['tenth']:8.2f} "
+        print(f"{n:>6} {t['launch']:8.2f} {t['load']:8.2f} {t['started']:8.2f} {t['init']:8.2f} {t['first']:8.2f} {t['tenth']:8.2f} "
               f"{t['sockets']:8.0f} {t['store_requests']:9.0f} {t['store_us']:9.0f} {ratio:>9}")
-        csv.write(f"{n},{t['rounds']},{t['launch']:.3f},{t['started']:.3f},{t['init']:.3f},{t['first']:.3f},"
+        csv.write(f"{n},{t['rounds']},{t['launch']:.3f},{t['load']:.3f},{t['started']:.3f},{t['init']:.3f},{t['first']:.3f},"
                   f"{t['tenth']:.3f},{t['sockets']:.0f},{t['store_requests']:.0f},"
                   f"{t['store_us']:.1f}\n")
 planes = "kolo's defaults" if shm else "KOLO_SHM=0"
