@@ -27,8 +27,10 @@ void closeFd(int& fd) {
   fd = -1;
 }
 
-// Between fork and exec only async-signal-safe calls; failures report errno
-// through the close-on-exec errPipe and _exit.
+// Between vfork and exec only system calls: the child shares kolorun's
+// memory (and runs on its stack) until execve, so it allocates nothing,
+// writes no variable the parent reads, and ends in execve or _exit.
+// Failures report errno through the close-on-exec errPipe.
 [[noreturn]] void execChild(const SpawnSpec& spec, char* const* argv, char* const* envp,
                             int in, int out, int err, int errPipe, pid_t parent) {
   auto fail = [&](int code) {
@@ -83,7 +85,11 @@ Spawned spawnProcess(const SpawnSpec& spec) {
     inPipe[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
   pid_t parent = getpid();
-  pid_t pid = fork();
+  // vfork, not fork: copying kolorun's address space (its store server runs
+  // a thread per connected rank) for every rank made starting N ranks
+  // O(N^2), and the copy was thrown away at exec. The parent resumes once
+  // the child has exec'd or exited.
+  pid_t pid = vfork();
   if (pid == 0) {
     execChild(spec, argv.data(), envp.data(), inPipe[0], outPipe[1], errPipe[1], execErr[1],
               parent);
@@ -101,7 +107,7 @@ Spawned spawnProcess(const SpawnSpec& spec) {
   };
   if (pid < 0) {
     cleanup();
-    throw std::system_error(forkErrno, std::generic_category(), "fork");
+    throw std::system_error(forkErrno, std::generic_category(), "vfork");
   }
   // Also set the group from here so it exists before we ever signal it.
   setpgid(pid, pid);
