@@ -51,16 +51,22 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# floor NAME FILE COMMAND...: writes NAME=<milliseconds COMMAND took> to FILE.
+floor() {
+  local name=$1 file=$2 t0
+  shift 2
+  t0=$(date +%s%N)
+  "$@" >/dev/null 2>&1 || true
+  echo "$name=$(( ($(date +%s%N) - t0) / 1000000 ))" >"$file"
+}
+
 for ((round = 1; round <= rounds; ++round)); do
   for n in $ranks; do
     log=$out/$n.$round
-    # The floor: the launcher starting N processes that do nothing.
-    t0=$(date +%s%N)
-    "$kolorun" -np "$n" /bin/true >/dev/null 2>&1 || true
-    echo "launch=$(( ($(date +%s%N) - t0) / 1000000 ))" >"$out/$n.$round.launch"
-    t0=$(date +%s%N)
-    "$kolorun" -np "$n" "$bench" --load-only >/dev/null 2>&1 || true
-    echo "load=$(( ($(date +%s%N) - t0) / 1000000 ))" >"$out/$n.$round.load"
+    # The floors: the launcher starting N processes that do nothing, and
+    # N processes that load kolo's libraries and exit.
+    floor launch "$out/$n.$round.launch" "$kolorun" -np "$n" /bin/true
+    floor load "$out/$n.$round.load" "$kolorun" -np "$n" "$bench" --load-only
     if ! env $( ((shm)) || echo KOLO_SHM=0) KOLO_BENCH_EPOCH_NS="$(date +%s%N)" \
         timeout 900 "$kolorun" -np "$n" "$bench" >"$log" 2>&1; then
       echo "startup.sh: $n ranks failed (round $round):" >&2
@@ -91,10 +97,9 @@ for n in sizes:
             continue  # a failed round
         worst = {k: max(row[k] for row in rows) for k in fields}
         worst["store_us"] = statistics.median(row["store_us"] for row in rows)
-        launch = open(f"{out}/{n}.{r}.launch").read().strip().split("=")[1]
-        worst["launch"] = float(launch) / 1000
-        load = open(f"{out}/{n}.{r}.load").read().strip().split("=")[1]
-        worst["load"] = float(load) / 1000
+        for floor in ("launch", "load"):
+            ms = open(f"{out}/{n}.{r}.{floor}").read().strip().split("=")[1]
+            worst[floor] = float(ms) / 1000
         per_round.append(worst)
     if per_round:
         table[n] = {k: statistics.median(r[k] for r in per_round)

@@ -84,13 +84,23 @@ void finish(Worker& w, std::chrono::steady_clock::time_point deadline) {
   waitpid(w.pid, &w.status, 0);
 }
 
+// Starts `size` workers of scenario and reads each until it exits (60 s
+// at most for all of them).
+std::vector<Worker> runWorkers(uint16_t port, int size, const std::string& scenario,
+                               const std::string& timeoutSeconds,
+                               Launcher launcher = Launcher::kKolo) {
+  std::vector<Worker> workers;
+  for (int r = 0; r < size; ++r) {
+    workers.push_back(startWorker(r, size, port, scenario, timeoutSeconds, launcher));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& w : workers) finish(w, deadline);
+  return workers;
+}
+
 TEST(MultiProcess, TwoProcessesAllreduceOverTheTcpStore) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
-  std::vector<Worker> workers;
-  for (int r = 0; r < 2; ++r) workers.push_back(startWorker(r, 2, server.port(), "sum", "20"));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (auto& w : workers) {
-    finish(w, deadline);
+  for (const auto& w : runWorkers(server.port(), 2, "sum", "20")) {
     EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
     EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
   }
@@ -98,13 +108,7 @@ TEST(MultiProcess, TwoProcessesAllreduceOverTheTcpStore) {
 
 TEST(MultiProcess, TorchrunEnvironmentRankZeroHostsTheStore) {
   const uint16_t port = kolo::test::freeListenPort(true);  // MASTER_PORT is port - 1
-  std::vector<Worker> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(startWorker(r, 2, port, "sum", "20", Launcher::kTorchrun));
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (auto& w : workers) {
-    finish(w, deadline);
+  for (const auto& w : runWorkers(port, 2, "sum", "20", Launcher::kTorchrun)) {
     EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
     EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
   }
@@ -133,12 +137,9 @@ TEST(MultiProcess, KilledPeerIsNamedWithinTheTimeout) {
 void expectOnlyTheDeadRankNamed(const std::string& scenario, int size) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
   setenv("KOLO_SHM", "0", 1);  // the workers inherit it: every rank on TCP
-  std::vector<Worker> workers;
-  for (int r = 0; r < size; ++r) workers.push_back(startWorker(r, size, server.port(), scenario, "5"));
+  const std::vector<Worker> workers = runWorkers(server.port(), size, scenario, "5");
   unsetenv("KOLO_SHM");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int r = 0; r < size; ++r) {
-    finish(workers[r], deadline);
     if (r == 1) continue;  // the rank that died
     const std::string& out = workers[r].output;
     EXPECT_TRUE(WIFEXITED(workers[r].status) && WEXITSTATUS(workers[r].status) == 3)
@@ -174,13 +175,7 @@ TEST(MultiProcess, StoppedPeerIsNamedWithinTheTimeout) {
 // the job at exit (the atexit hook), cleanly and at once.
 TEST(MultiProcess, ReturningFromMainWithoutShutdownExitsCleanly) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
-  std::vector<Worker> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(startWorker(r, 2, server.port(), "exit-without-shutdown", "20"));
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (auto& w : workers) {
-    finish(w, deadline);
+  for (const auto& w : runWorkers(server.port(), 2, "exit-without-shutdown", "20")) {
     EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
     EXPECT_NE(w.output.find("OK"), std::string::npos) << w.output;
   }
@@ -190,15 +185,9 @@ TEST(MultiProcess, ReturningFromMainWithoutShutdownExitsCleanly) {
 // still ends within KOLO_TIMEOUT, with exit code 1 and the reason.
 TEST(MultiProcess, ExitIsBoundedByTheTimeoutWhenShutdownHangs) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
-  std::vector<Worker> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(startWorker(r, 2, server.port(), "exit-hung-callback", "2"));
-  }
   const auto start = std::chrono::steady_clock::now();
   // Unbounded, the callbacks would hold the processes for an hour.
-  auto deadline = start + std::chrono::seconds(60);
-  for (auto& w : workers) {
-    finish(w, deadline);
+  for (const auto& w : runWorkers(server.port(), 2, "exit-hung-callback", "2")) {
     EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 1) << w.output;
     EXPECT_NE(w.output.find("RETURNING"), std::string::npos) << w.output;
   }
@@ -207,11 +196,7 @@ TEST(MultiProcess, ExitIsBoundedByTheTimeoutWhenShutdownHangs) {
 
 TEST(MultiProcess, EveryOpOnSharedMemory) {
   kolo::TcpStoreServer server("127.0.0.1", 0, "multiprocess-test-secret");
-  std::vector<Worker> workers;
-  for (int r = 0; r < 3; ++r) workers.push_back(startWorker(r, 3, server.port(), "every-op", "20"));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (auto& w : workers) {
-    finish(w, deadline);
+  for (const auto& w : runWorkers(server.port(), 3, "every-op", "20")) {
     EXPECT_TRUE(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) << w.output;
     EXPECT_NE(w.output.find("EVERY-OP"), std::string::npos) << w.output;
   }

@@ -176,25 +176,21 @@ void Context::connectPeers(const std::vector<int>& peers) {
 Context::~Context() {
   // Soft close: destroying the pairs closes their sockets after the kernel
   // has sent what is queued, then the device joins gloo's event loop thread.
-  // closeConnections() (a reset) is kept for failures: after a successful
+  // abandon()'s close (a reset) is kept for failures: after a successful
   // collective it could drop the tail of this rank's last message to a
   // peer, which gloo then never reports to the peer's waiting receive.
   context_.reset();
-}
-
-void Context::closeConnections() noexcept {
-  try {
-    context_->closeConnections();
-  } catch (...) {
-    // Already closed or never connected; nothing left to release.
-  }
 }
 
 void Context::abandon(const std::string& why) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = why;
-  closeConnections();
+  try {
+    context_->closeConnections();
+  } catch (...) {
+    // Already closed or never connected; nothing left to release.
+  }
 }
 
 void Context::run(const char* what, const std::function<void(uint32_t tag)>& fn) {
@@ -214,9 +210,7 @@ void Context::run(const char* what, const std::function<void(uint32_t tag)>& fn)
   } catch (const Error& e) {
     // kolo's own errors (e.g. Internal) pass through; the network state is
     // unknown afterwards, so the context is still poisoned.
-    failed_ = true;
-    failure_ = e.what();
-    closeConnections();
+    abandon(e.what());
     throw;
   } catch (const ::gloo::IoException& e) {
     fail(what, e.what(), mentionsTimeout(e.what()));
@@ -228,12 +222,10 @@ void Context::run(const char* what, const std::function<void(uint32_t tag)>& fn)
 }
 
 void Context::fail(const char* what, const std::string& text, bool isTimeout) {
-  failed_ = true;
-  failedByTimeout_ = isTimeout;
-  failure_ = std::string("gloo ") + what + " failed: " + text;
+  failedByTimeout_ = isTimeout;  // run() checked: not failed before
   // Peers blocked on this rank learn about the failure from the closed
   // connections instead of waiting out their own timeout.
-  closeConnections();
+  abandon(std::string("gloo ") + what + " failed: " + text);
   if (isTimeout) {
     throw Timeout(failure_ + " (timeout " + std::to_string(timeout_.count()) + " ms)");
   }

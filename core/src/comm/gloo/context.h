@@ -75,7 +75,6 @@ class Context {
           int rank, int size, std::chrono::milliseconds timeout);
 
   [[noreturn]] void fail(const char* what, const std::string& text, bool isTimeout);
-  void closeConnections() noexcept;
 
   std::shared_ptr<::gloo::Context> context_;
   std::shared_ptr<::gloo::transport::Context> transport_;

@@ -380,10 +380,8 @@ void Group::abandon(const std::string& why) noexcept {
 
 void Group::fail(const Error& error) {
   if (!failed_) {
-    failed_ = true;
     failedByTimeout_ = error.code() == ErrorCode::kTimeout;
-    failure_ = error.what();
-    markGone(kFailed);
+    abandon(error.what());
   }
   throwAs(error.code(), error.what());
 }

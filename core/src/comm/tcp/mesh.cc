@@ -474,10 +474,6 @@ void Mesh::abandon(const std::string& why) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = why;
-  closeAll();
-}
-
-void Mesh::closeAll() noexcept {
   // Peers blocked on this rank see the connections close instead of waiting
   // out their own timeout.
   for (auto& fd : peers_) fd.reset();
@@ -485,13 +481,11 @@ void Mesh::closeAll() noexcept {
 }
 
 void Mesh::fail(const Error& error) {
-  failed_ = true;
-  failedByTimeout_ = error.code() == ErrorCode::kTimeout;
-  failure_ = error.what();
-  closeAll();
-  if (failedByTimeout_) throw Timeout(failure_);
-  if (error.code() == ErrorCode::kInternal) throw Internal(failure_);
-  throw PeerFailure(failure_);
+  if (!failed_) failedByTimeout_ = error.code() == ErrorCode::kTimeout;
+  abandon(error.what());
+  if (error.code() == ErrorCode::kTimeout) throw Timeout(error.what());
+  if (error.code() == ErrorCode::kInternal) throw Internal(error.what());
+  throw PeerFailure(error.what());
 }
 
 void Mesh::failTimeout(const char* what, const std::vector<int>& waitingOn,

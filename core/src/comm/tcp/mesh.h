@@ -110,8 +110,8 @@ class Mesh {
   void setToken(const std::vector<char>& bytes);  // checks its size
   // Accepts one connection from the listener (poll said it is readable).
   void acceptOne(Deadline deadline);
+  // abandon(), then throws error.
   [[noreturn]] void fail(const Error& error);
-  void closeAll() noexcept;
   [[noreturn]] void failTimeout(const char* what, const std::vector<int>& waitingOn,
                                 const std::vector<int>& neverConnected);
 
