@@ -1,15 +1,18 @@
 // The shared-memory data plane alone (comm/shm, no engine): allreduce bus
-// bandwidth per size against memcpy, N ranks as forked processes of one
+// bandwidth per size against memcpy and a += b, N ranks as forked processes of one
 // host, rendezvous through a FileStore in a fresh temporary directory.
 // For tuning the shm algorithms; the engine-level comparison with MPI and
 // Gloo is bench_allreduce_sweep's kolo-shm column.
 //
 //   bench_shm_planes [--ranks 2] [--min-bytes 4] [--max-bytes 268435456]
 //                    [--seconds 0.2] [--trials 3] [--op
-//                    allreduce|reducescatter|allgather|broadcast]
+//                    allreduce|average|reducescatter|allgather|broadcast]
 //
-// Per size and trial, memcpy (every rank copying at once) and the shm op
-// alternate; the table gives the medians over trials. busbw as in the sweep
+// Per size and trial, memcpy and a += b (every rank at once, a += b with
+// the plane's own reduction kernel) and the shm op alternate; the table
+// gives the medians over trials. average is allreduceScaled by 1/n, the
+// engine's average. a+=b/busbw: how far the op is from the bandwidth of
+// one pass of a += b over the buffer (1.0: as fast). busbw as in the sweep
 // (allreduce: bytes / time * 2(n-1)/n; reducescatter, allgather: bytes /
 // time * (n-1)/n; broadcast: bytes / time).
 #include <fmt/core.h>
@@ -28,6 +31,7 @@
 
 #include "comm/shm/collectives.h"
 #include "comm/shm/group.h"
+#include "execution/reduce.h"
 #include "common.h"
 #include "kolo/store.h"
 
@@ -70,6 +74,9 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
     const size_t count = bytes / 4;
     if (opt.op == "allreduce") {
       c->allreduce(buf.data(), count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
+    } else if (opt.op == "average") {
+      c->allreduceScaled(buf.data(), count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum,
+                         1.0 / n);
     } else if (opt.op == "reducescatter") {
       std::vector<size_t> counts(n, count / n);
       counts[0] += count % n;
@@ -83,46 +90,51 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
       c->broadcast(buf.data(), count, kolo::DataType::kFloat32, 0);
     }
   };
-  const double factor = opt.op == "allreduce"   ? 2.0 * (n - 1) / n
+  const double factor = opt.op == "allreduce" || opt.op == "average" ? 2.0 * (n - 1) / n
                         : opt.op == "broadcast" ? 1.0
                                                 : double(n - 1) / n;
   if (rank == 0) {
     fmt::print("shm {} float32, {} ranks (processes), slots of {} KiB, median of {} trials\n",
                opt.op, n, opt.slotKib, opt.trials);
-    fmt::print("{:<9} {:>12} {:>12} {:>12} {:>10}\n", "size", "memcpy GB/s", "busbw GB/s",
-               "us per call", "busbw/mcpy");
+    fmt::print("{:<9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "size", "memcpy GB/s",
+               "a+=b GB/s", "busbw GB/s", "us per call", "busbw/mcpy", "a+=b/busbw");
   }
+  // Seconds per call of fn, every rank at once: calibrated to about
+  // opt.seconds, with the same number of calls on every rank.
+  auto timeIt = [&](const auto& fn) {
+    auto start = Clock::now();
+    fn();
+    const int calls = static_cast<int>(
+        agree(std::clamp(opt.seconds / std::max(secondsSince(start), 1e-9), 3.0, 100000.0)));
+    agree(0);
+    start = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      fn();
+      asm volatile("" : : "r"(other.data()) : "memory");
+    }
+    return secondsSince(start) / calls;
+  };
   for (size_t bytes : sizes) {
-    std::vector<double> copyTimes, opTimes;
+    std::vector<double> copyTimes, addTimes, opTimes;
     for (int t = 0; t < opt.trials; ++t) {
-      // memcpy, every rank at once.
       runOp(bytes);
-      auto start = Clock::now();
-      std::memcpy(other.data(), buf.data(), bytes);
-      const int copies = static_cast<int>(
-          agree(std::clamp(opt.seconds / std::max(secondsSince(start), 1e-9), 3.0, 100000.0)));
-      agree(0);
-      start = Clock::now();
-      for (int i = 0; i < copies; ++i) {
-        std::memcpy(other.data(), buf.data(), bytes);
-        asm volatile("" : : "r"(other.data()) : "memory");
-      }
-      copyTimes.push_back(secondsSince(start) / copies);
-      start = Clock::now();
-      runOp(bytes);
-      const int calls = static_cast<int>(
-          agree(std::clamp(opt.seconds / std::max(secondsSince(start), 1e-9), 3.0, 100000.0)));
-      agree(0);
-      start = Clock::now();
-      for (int i = 0; i < calls; ++i) runOp(bytes);
-      opTimes.push_back(secondsSince(start) / calls);
+      copyTimes.push_back(timeIt([&] { std::memcpy(other.data(), buf.data(), bytes); }));
+      // a += b with the reduction kernel the plane uses.
+      addTimes.push_back(timeIt([&] {
+        kolo::reduceElements(other.data(), other.data(), buf.data(), bytes / 4,
+                             kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
+      }));
+      opTimes.push_back(timeIt([&] { runOp(bytes); }));
       std::fill(buf.begin(), buf.end(), 1.0f);  // sums must not overflow to inf
+      std::fill(other.begin(), other.end(), 0.0f);
     }
     const double copy = kolo::bench::median(copyTimes), op = kolo::bench::median(opTimes);
     const double copyGbps = bytes / copy / 1e9, busbw = bytes / op * factor / 1e9;
+    const double addGbps = bytes / kolo::bench::median(addTimes) / 1e9;
     if (rank == 0) {
-      fmt::print("{:<9} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f}\n", kolo::bench::bytesLabel(bytes),
-                 copyGbps, busbw, op * 1e6, busbw / copyGbps);
+      fmt::print("{:<9} {:>12.2f} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f} {:>10.2f}\n",
+                 kolo::bench::bytesLabel(bytes), copyGbps, addGbps, busbw, op * 1e6,
+                 busbw / copyGbps, addGbps / busbw);
       std::fflush(stdout);
     }
   }
@@ -141,8 +153,8 @@ int main(int argc, char** argv) {
   app.add_option("--trials", opt.trials, "trials")->check(CLI::PositiveNumber);
   app.add_option("--slot-kib", opt.slotKib, "slot per rank in KiB (two halves; default: kolo's)")
       ->check(CLI::Range(4, 1 << 20));
-  app.add_option("--op", opt.op, "allreduce|reducescatter|allgather|broadcast")
-      ->check(CLI::IsMember({"allreduce", "reducescatter", "allgather", "broadcast"}));
+  app.add_option("--op", opt.op, "allreduce|average|reducescatter|allgather|broadcast")
+      ->check(CLI::IsMember({"allreduce", "average", "reducescatter", "allgather", "broadcast"}));
   CLI11_PARSE(app, argc, argv);
 
   char templ[] = "/tmp/kolo-shm-bench-XXXXXX";

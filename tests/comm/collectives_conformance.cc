@@ -1,12 +1,14 @@
 // Collectives conformance: every op against a reference computed here, for
 // every dtype and reduce op, over uneven counts including zeros. Large counts
 // run for a few (dtype, op) pairs only, to keep the suite fast on 2 cores.
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/conformance.h"
 #include "comm/test_values.h"
+#include "execution/reduce.h"
 #include "kolo/error.h"
 
 namespace kolo::test {
@@ -165,6 +167,54 @@ TEST_P(CollectivesConformance, AllreduceLarge) {
     checkAllreduce(c, rank, n, DataType::kFloat16, ReduceOp::kSum, count);
     checkAllreduce(c, rank, n, DataType::kInt64, ReduceOp::kProduct, count);
     checkAllreduce(c, rank, n, DataType::kUInt8, ReduceOp::kMin, count);
+  });
+}
+
+// allreduceScaled (the engine's average) gives bit for bit what allreduce
+// then scaleElements give, on inputs whose sums round: a plane that folds
+// the multiply into its reduction must round as the separate pass does.
+void checkAllreduceScaled(comm::Collectives& c, int rank, int n, DataType dtype, ReduceOp op,
+                          double factor, size_t count) {
+  TypedBuffer expected(dtype, count);
+  const bool half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  for (size_t i = 0; i < count; ++i) {
+    const double v = static_cast<double>((i * 7 + static_cast<size_t>(rank) * 13) % 101);
+    expected.set(i, half ? v - 50.0 : v / 7.0 - 5.0);
+  }
+  TypedBuffer got = expected;
+  c.allreduce(expected.data(), count, dtype, op);
+  scaleElements(expected.data(), count, dtype, factor);
+  c.allreduceScaled(got.data(), count, dtype, op, factor);
+  if (count > 0 && std::memcmp(got.data(), expected.data(), count * elementSize(dtype)) != 0) {
+    for (size_t i = 0; i < count; ++i) {
+      if (std::memcmp(static_cast<const char*>(got.data()) + i * elementSize(dtype),
+                      static_cast<const char*>(expected.data()) + i * elementSize(dtype),
+                      elementSize(dtype)) != 0) {
+        failElement(where("allreduceScaled", dtype, n, rank,
+                          std::string(toString(op)) + ", factor " + std::to_string(factor) +
+                              ", " + std::to_string(count) + " elements"),
+                    i, got.get(i), expected.get(i));
+      }
+    }
+  }
+}
+
+TEST_P(CollectivesConformance, AllreduceScaledIsAllreduceThenScaleBitForBit) {
+  const int n = worldSize();
+  runCollectives(backend(), n, [n](int rank, comm::Collectives& c) {
+    for (DataType dtype :
+         {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        for (double factor : {1.0 / n, 0.1, 1.0}) {
+          for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1024 + 3)}) {
+            checkAllreduceScaled(c, rank, n, dtype, op, factor, count);
+          }
+        }
+      }
+    }
+    // Several pipeline steps of the shm plane, with a short last chunk.
+    checkAllreduceScaled(c, rank, n, DataType::kFloat32, ReduceOp::kSum, 1.0 / n,
+                         (size_t(1) << 20) + 5);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "comm/test_values.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -199,8 +200,14 @@ double dataValue(DataType dtype, size_t seed) {
 }
 
 void failElement(const std::string& context, size_t i, double got, double expected) {
-  throw std::runtime_error(context + ": element " + std::to_string(i) + ": got " +
-                           std::to_string(got) + ", expected " + std::to_string(expected));
+  // Every digit a double has, so values a rounding step apart read apart.
+  auto text = [](double v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.17g", v);
+    return std::string(s);
+  };
+  throw std::runtime_error(context + ": element " + std::to_string(i) + ": got " + text(got) +
+                           ", expected " + text(expected));
 }
 
 }  // namespace kolo::test

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "execution/reduce.h"
 #include "kolo/error.h"
 #include "kolo/types.h"
 
@@ -26,6 +27,16 @@ class Collectives {
   // In place on buf.
   virtual void allreduce(void* buf, size_t count, DataType dtype,
                          ReduceOp op) = 0;
+
+  // allreduce, then every element times factor, rounded as scaleElements
+  // rounds (the engine's average and postscale, floating dtypes). Planes
+  // that can fold the multiply into their own last pass over the data (shm)
+  // override it; the others make one more pass.
+  virtual void allreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                               double factor) {
+    allreduce(buf, count, dtype, op);
+    scaleElements(buf, count, dtype, factor);
+  }
 
   // in holds counts[rank] elements; out receives every rank's block in rank
   // order (sum(counts) elements).

@@ -120,18 +120,18 @@ void Executor::traceEnd(const char* name) {
   for (int row : rows_) timeline_->end(row, name, ts);
 }
 
+double Executor::scaleFactor(const Response& r) const {
+  return r.reduceOp == ReduceOp::kAverage ? r.postscale / identity_.size : r.postscale;
+}
+
 void Executor::finishReduction(void* buf, size_t count, const Response& r) {
-  if (r.reduceOp != ReduceOp::kAverage) {
-    scaleElements(buf, count, r.dtype, r.postscale);
-    return;
-  }
   // Integer average without a postscale is an exact truncating division;
   // otherwise one multiply by postscale / size (integers in float64, as
   // Horovod does).
-  if (isFloatingPoint(r.dtype) || r.postscale != 1.0) {
-    scaleElements(buf, count, r.dtype, r.postscale / identity_.size);
-  } else {
+  if (r.reduceOp == ReduceOp::kAverage && !isFloatingPoint(r.dtype) && r.postscale == 1.0) {
     divideElements(buf, count, r.dtype, identity_.size);
+  } else {
+    scaleElements(buf, count, r.dtype, scaleFactor(r));
   }
 }
 
@@ -173,10 +173,16 @@ void Executor::allreduce(const Response& r, const std::vector<PendingOp*>& ops) 
       counts[i] = static_cast<size_t>(numElements(r.shapes[i]));
     }
     adasum_.allreduce(*collectives_, buf, counts, r.dtype, identity_.rank, identity_.size);
+    finishReduction(buf, total, r);
+  } else if (isFloatingPoint(r.dtype)) {
+    // The average's (and postscale's) multiply goes to the plane, which may
+    // fold it into its own last pass over the buffer.
+    collectives_->allreduceScaled(buf, total, r.dtype, backendOp(r.reduceOp),
+                                  scaleFactor(r));
   } else {
     collectives_->allreduce(buf, total, r.dtype, backendOp(r.reduceOp));
+    finishReduction(buf, total, r);
   }
-  finishReduction(buf, total, r);
   traceEnd(collectiveSpan_);
   if (!inPlace) {
     traceBegin(timeline::kMemcpyOut);

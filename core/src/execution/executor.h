@@ -66,6 +66,9 @@ class Executor {
   void traceEnd(const char* name);
 
   // Scale applied after a reduction: postscale, and 1/size for average.
+  // What the reduced values are multiplied by: postscale, over the set's
+  // size for an average.
+  double scaleFactor(const Response& r) const;
   void finishReduction(void* buf, size_t count, const Response& r);
 
   const Identity& identity_;

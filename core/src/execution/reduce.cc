@@ -174,6 +174,54 @@ void divideTyped(T* buf, size_t n, int64_t divisor) {
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<T>(buf[i] / divisor);
 }
 
+// reduceScaledElements for float and double: blocks of kBlock elements,
+// all loaded and combined before any is stored, so out and out2 may alias
+// a or b exactly and the compiler still vectorizes each block.
+template <typename T, typename Op>
+void reduceScaledTyped(T* out, T* out2, const T* a, const T* b, size_t n, T f, Op op) {
+  constexpr size_t kBlock = 16;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    T r[kBlock];
+    for (size_t j = 0; j < kBlock; ++j) r[j] = static_cast<T>(op(a[i + j], b[i + j])) * f;
+    for (size_t j = 0; j < kBlock; ++j) out[i + j] = r[j];
+    if (out2 != nullptr) {
+      for (size_t j = 0; j < kBlock; ++j) out2[i + j] = r[j];
+    }
+  }
+  for (; i < n; ++i) {
+    const T r = static_cast<T>(op(a[i], b[i])) * f;
+    out[i] = r;
+    if (out2 != nullptr) out2[i] = r;
+  }
+}
+
+template <typename T>
+bool reduceScaledFloating(void* out, void* out2, const void* a, const void* b, size_t n,
+                          ReduceOp op, double factor) {
+  T* o = static_cast<T*>(out);
+  T* o2 = static_cast<T*>(out2);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  const T f = static_cast<T>(factor);
+  switch (op) {
+    case ReduceOp::kSum:
+      reduceScaledTyped(o, o2, x, y, n, f, [](T p, T q) { return p + q; });
+      return true;
+    case ReduceOp::kProduct:
+      reduceScaledTyped(o, o2, x, y, n, f, [](T p, T q) { return p * q; });
+      return true;
+    case ReduceOp::kMin:
+      reduceScaledTyped(o, o2, x, y, n, f, [](T p, T q) { return std::min(p, q); });
+      return true;
+    case ReduceOp::kMax:
+      reduceScaledTyped(o, o2, x, y, n, f, [](T p, T q) { return std::max(p, q); });
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void reduceElements(void* out, const void* a, const void* b, size_t n,
@@ -213,6 +261,22 @@ void reduceElements(void* out, const void* a, const void* b, size_t n,
                          static_cast<const int16_t*>(b), n, op);
   }
   throw Internal("reduceElements: unknown dtype");
+}
+
+void reduceScaledElements(void* out, void* out2, const void* a, const void* b, size_t n,
+                          DataType dtype, ReduceOp op, double factor) {
+  if (dtype == DataType::kFloat32 &&
+      reduceScaledFloating<float>(out, out2, a, b, n, op, factor)) {
+    return;
+  }
+  if (dtype == DataType::kFloat64 &&
+      reduceScaledFloating<double>(out, out2, a, b, n, op, factor)) {
+    return;
+  }
+  // Every other dtype: the three passes.
+  reduceElements(out, a, b, n, dtype, op);
+  scaleElements(out, n, dtype, factor);
+  if (out2 != nullptr && out2 != out) std::memcpy(out2, out, n * elementSize(dtype));
 }
 
 void scaleElements(void* buf, size_t n, DataType dtype, double factor) {

@@ -15,6 +15,15 @@ namespace kolo {
 void reduceElements(void* out, const void* a, const void* b, size_t n,
                     DataType dtype, ReduceOp op);
 
+// out[i] = (a[i] op b[i]) * factor, and out2[i] the same when out2 is not
+// null: reduceElements, scaleElements and a copy in one pass over the data,
+// rounded as those are (the reduced value is rounded to dtype, then scaled).
+// out and out2 may each alias a or b exactly (element i is read before it is
+// written). For the planes that fold the engine's average into their last
+// pass (comm::Collectives::allreduceScaled).
+void reduceScaledElements(void* out, void* out2, const void* a, const void* b, size_t n,
+                          DataType dtype, ReduceOp op, double factor);
+
 // buf[i] *= factor, as Horovod scales on the CPU: float64 in double, float32
 // in float (factor rounded to float), fp16/bf16 in float and rounded once,
 // integers in double then truncated toward zero and cast back. bool throws

@@ -40,16 +40,20 @@ void copyBytes(void* dst, const void* src, size_t bytes, bool stream = false) {
   }
 }
 
-// out = x(0) op x(1) op ... op x(n-1), left to right (rank order).
+// out = (x(0) op x(1) op ... op x(n-1)) * factor, left to right (rank
+// order); out2, when not null, gets the same result in the same pass.
 template <typename Input>
-void foldInRankOrder(void* out, int n, const Input& x, size_t count, DataType dtype, ReduceOp op) {
+void foldInRankOrder(void* out, int n, const Input& x, size_t count, DataType dtype, ReduceOp op,
+                     double factor = 1.0, void* out2 = nullptr) {
   if (count == 0) return;
   if (n == 1) {
     if (out != x(0)) copyShared(out, x(0), count * elementSize(dtype));
+    scaleElements(out, count, dtype, factor);
+    if (out2 != nullptr && out2 != out) copyShared(out2, out, count * elementSize(dtype));
     return;
   }
-  reduceElements(out, x(0), x(1), count, dtype, op);
-  for (int k = 2; k < n; ++k) reduceElements(out, out, x(k), count, dtype, op);
+  for (int k = 1; k < n - 1; ++k) reduceElements(out, k == 1 ? x(0) : out, x(k), count, dtype, op);
+  reduceScaledElements(out, out2, n == 2 ? x(0) : out, x(n - 1), count, dtype, op, factor);
 }
 
 // Part k of a chunk of len elements: [k * part, (k + 1) * part) clipped to
@@ -97,18 +101,26 @@ void Collectives::checkCounts(const std::vector<size_t>& counts, const char* wha
 }
 
 void Collectives::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  allreduceScaled(buf, count, dtype, op, 1.0);
+}
+
+void Collectives::allreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                                  double factor) {
   checkReduceOp(op, "allreduce");
   const size_t es = elementSize(dtype);  // rejects an unknown dtype before any synchronisation
   group_->checkUsable("allreduce");
-  if (count == 0 || group_->size() == 1) return;
-  if (count * es <= std::min(kOneShotBytes, halfBytes_)) {
-    oneShotAllreduce(static_cast<char*>(buf), count, dtype, op);
+  if (count == 0) return;
+  if (group_->size() == 1) {
+    scaleElements(buf, count, dtype, factor);
+  } else if (count * es <= std::min(kOneShotBytes, halfBytes_)) {
+    oneShotAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
   } else {
-    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op);
+    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
   }
 }
 
-void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op) {
+void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
+                                   double factor) {
   const char* what = "allreduce";
   const int n = group_->size();
   const int me = group_->rank();
@@ -118,16 +130,19 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
   group_->waitAll(group_->phase(), what);
   // Our own input is read from our slot copy, so buf can take the result.
   foldInRankOrder(
-      buf, n, [&](int k) { return half(k, 0); }, count, dtype, op);
+      buf, n, [&](int k) { return half(k, 0); }, count, dtype, op, factor);
   end();
 }
 
 // Step s (0..steps): copy the parts of chunk s that peers reduce into our
 // half s%2, publish, then reduce our part of chunk s from the peers' halves
-// into ours, and copy every part of chunk s-1 (reduced at the previous
-// step) out. Region k of a half holds part k of its chunk: our input for
-// rank k, or (k == us) our result.
-void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op) {
+// and our buffer, writing the result both into our half (for the peers)
+// and into our buffer, and copy the peers' parts of chunk s-1 (reduced at
+// the previous step) out. Region k of a half holds part k of its chunk: our
+// input for rank k, or (k == us) our result. The average's multiply rides
+// on the reduction (factor), so no pass over the buffer is added for it.
+void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
+                                     double factor) {
   const char* what = "allreduce";
   const int n = group_->size();
   const int me = group_->rank();
@@ -161,13 +176,14 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
       char* own = buf + s * chunk * es + at;
       foldInRankOrder(
           half(me, h) + at, n, [&](int k) { return k == me ? own : half(k, h) + at; },
-          parts.length(me), dtype, op);
+          parts.length(me), dtype, op, factor, own);
     }
     if (s > 0) {
       const size_t prev = s - 1;
       const Parts parts(chunkLength(prev), part);
       char* out = buf + prev * chunk * es;
       for (int k = 0; k < n; ++k) {
+        if (k == me) continue;  // written by our reduction
         copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
                   parts.length(k) * es, stream);
       }

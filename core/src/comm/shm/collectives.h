@@ -14,8 +14,10 @@
 //                  per step, each rank copies the parts of its chunk that
 //                  others reduce into its slot, reduces its own part
 //                  straight from the peers' slots and its own buffer
-//                  (reduce-scatter), and copies every reduced part out at
-//                  the next step (allgather).
+//                  (reduce-scatter) into its slot and its buffer at once,
+//                  and copies the peers' reduced parts out at the next
+//                  step (allgather). allreduceScaled multiplies in the
+//                  same reduction (the engine's average costs no pass).
 //   reducescatter  the first half of that: each rank reduces its block.
 //   allgatherv, broadcast, alltoallv
 //                  copy in, then every reader copies out, per step.
@@ -63,6 +65,9 @@ class Collectives final : public comm::Collectives {
   const char* name() const override { return "shm"; }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  // The multiply rides on the reduction: no pass of its own.
+  void allreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                       double factor) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& counts,
                   DataType dtype) override;
   void broadcast(void* buf, size_t count, DataType dtype, int root) override;
@@ -80,8 +85,8 @@ class Collectives final : public comm::Collectives {
   // Ends one: publishes that this rank has read everything it needed.
   void end();
 
-  void oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op);
-  void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op);
+  void oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
+  void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Group> group_;
