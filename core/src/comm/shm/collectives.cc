@@ -136,10 +136,11 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
 
 // Step s (0..steps): copy the parts of chunk s that peers reduce into our
 // half s%2, publish, then reduce our part of chunk s from the peers' halves
-// and our buffer, writing the result both into our half (for the peers)
-// and into our buffer, and copy the peers' parts of chunk s-1 (reduced at
-// the previous step) out. Region k of a half holds part k of its chunk: our
-// input for rank k, or (k == us) our result. The average's multiply rides
+// and our buffer into our half (for the peers), from kOwnInPlaceBytes on
+// into our buffer as well in the same pass, and copy the parts of chunk s-1
+// (reduced at the previous step) that are not there yet out. Region k of a
+// half holds part k of its chunk: our input for rank k, or (k == us) our
+// result. The average's multiply rides
 // on the reduction (factor), so no pass over the buffer is added for it.
 void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
                                      double factor) {
@@ -156,6 +157,7 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
   const size_t steps = ceilDiv(count, chunk);
   auto chunkLength = [&](size_t s) { return std::min(chunk, count - s * chunk); };
   const bool stream = count * es >= kStreamingBytes;
+  const bool ownInPlace = count * es >= kOwnInPlaceBytes;
   begin(what);
   for (size_t s = 0; s <= steps; ++s) {
     const uint32_t h = s % 2;
@@ -176,14 +178,14 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
       char* own = buf + s * chunk * es + at;
       foldInRankOrder(
           half(me, h) + at, n, [&](int k) { return k == me ? own : half(k, h) + at; },
-          parts.length(me), dtype, op, factor, own);
+          parts.length(me), dtype, op, factor, ownInPlace ? own : nullptr);
     }
     if (s > 0) {
       const size_t prev = s - 1;
       const Parts parts(chunkLength(prev), part);
       char* out = buf + prev * chunk * es;
       for (int k = 0; k < n; ++k) {
-        if (k == me) continue;  // written by our reduction
+        if (k == me && ownInPlace) continue;  // written by our reduction
         copyBytes(out + parts.offset(k) * es, half(k, prev % 2) + parts.offset(k) * es,
                   parts.length(k) * es, stream);
       }
