@@ -52,6 +52,19 @@ inline void zeroGrad(::torch::optim::Optimizer& optimizer, bool setToNone) {
 #endif
 }
 
+// to[i].copy_(from[i]) for every i: one multi-tensor kernel per few dozen
+// tensors on CUDA where LibTorch has _foreach_copy_ (2.1 on), instead of a
+// cudaMemcpyAsync per tensor; per tensor otherwise (and on the CPU, where
+// _foreach_copy_ does the same).
+inline void copyAll(std::vector<at::Tensor>& to, const std::vector<at::Tensor>& from) {
+  if (to.empty()) return;
+#if KOLO_TORCH_VERSION_AT_LEAST(2, 1)
+  at::_foreach_copy_(to, from);
+#else
+  for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+#endif
+}
+
 // The wrapped optimizer's default zero_grad() (zeros in 1.13, None in 2.x).
 inline void zeroGrad(::torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
 

@@ -156,6 +156,10 @@ struct GradientReducer::Impl {
     if (dense.empty()) return;
     ensureFlatLocked(b);
     const bool fixedLayout = dense.size() == b.members.size();
+    // Gradients autograd made afresh (zero_grad() set them to None, torch
+    // 2.x's default) are copied into the bucket together, once per bucket.
+    std::vector<at::Tensor> fillTo;
+    std::vector<at::Tensor> fillFrom;
     int64_t offset = 0;
     for (size_t i : dense) {
       Slot& s = slots[i];
@@ -173,7 +177,8 @@ struct GradientReducer::Impl {
       } else if (fixedLayout && s.inPlace && isView(grad, region)) {
         continue;  // accumulated into the bucket already
       } else {
-        region.copy_(grad);
+        fillTo.push_back(region);
+        fillFrom.push_back(grad);
       }
       if (fixedLayout && s.inPlace && !s.sparseGrad) {
         // From now on the gradient lives in the bucket: reduced in place,
@@ -184,6 +189,7 @@ struct GradientReducer::Impl {
         s.region = region;
       }
     }
+    compat::copyAll(fillTo, fillFrom);
     at::Tensor work = fixedLayout ? b.flat : b.flat.narrow(0, 0, offset);
     Request request;
     request.name = b.name;
