@@ -140,8 +140,8 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
 // into our buffer as well in the same pass, and copy the parts of chunk s-1
 // (reduced at the previous step) that are not there yet out. Region k of a
 // half holds part k of its chunk: our input for rank k, or (k == us) our
-// result. The average's multiply rides
-// on the reduction (factor), so no pass over the buffer is added for it.
+// result. The average's multiply rides on the reduction (factor), so no
+// pass over the buffer is added for it.
 void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
                                      double factor) {
   const char* what = "allreduce";
