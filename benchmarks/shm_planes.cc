@@ -1,6 +1,7 @@
 // The shared-memory data plane alone (comm/shm, no engine): allreduce bus
-// bandwidth per size against memcpy and a += b, N ranks as forked processes of one
-// host, rendezvous through a FileStore in a fresh temporary directory.
+// bandwidth per size against memcpy and a += b, N ranks as forked processes
+// of one host, rendezvous through a FileStore in a fresh temporary
+// directory.
 // For tuning the shm algorithms; the engine-level comparison with MPI and
 // Gloo is bench_allreduce_sweep's kolo-shm column.
 //
@@ -31,8 +32,8 @@
 
 #include "comm/shm/collectives.h"
 #include "comm/shm/group.h"
-#include "execution/reduce.h"
 #include "common.h"
+#include "execution/reduce.h"
 #include "kolo/store.h"
 
 namespace {

@@ -185,16 +185,14 @@ void checkAllreduceScaled(comm::Collectives& c, int rank, int n, DataType dtype,
   c.allreduce(expected.data(), count, dtype, op);
   scaleElements(expected.data(), count, dtype, factor);
   c.allreduceScaled(got.data(), count, dtype, op, factor);
-  if (count > 0 && std::memcmp(got.data(), expected.data(), count * elementSize(dtype)) != 0) {
-    for (size_t i = 0; i < count; ++i) {
-      if (std::memcmp(static_cast<const char*>(got.data()) + i * elementSize(dtype),
-                      static_cast<const char*>(expected.data()) + i * elementSize(dtype),
-                      elementSize(dtype)) != 0) {
-        failElement(where("allreduceScaled", dtype, n, rank,
-                          std::string(toString(op)) + ", factor " + std::to_string(factor) +
-                              ", " + std::to_string(count) + " elements"),
-                    i, got.get(i), expected.get(i));
-      }
+  const size_t es = elementSize(dtype);
+  for (size_t i = 0; i < count; ++i) {
+    if (std::memcmp(static_cast<const char*>(got.data()) + i * es,
+                    static_cast<const char*>(expected.data()) + i * es, es) != 0) {
+      failElement(where("allreduceScaled", dtype, n, rank,
+                        std::string(toString(op)) + ", factor " + std::to_string(factor) + ", " +
+                            std::to_string(count) + " elements"),
+                  i, got.get(i), expected.get(i));
     }
   }
 }
@@ -212,7 +210,9 @@ TEST_P(CollectivesConformance, AllreduceScaledIsAllreduceThenScaleBitForBit) {
         }
       }
     }
-    // Several pipeline steps of the shm plane, with a short last chunk.
+    // Several pipeline steps of the shm plane, with a short last chunk (on
+    // small worlds only, to keep the suite fast on 2 cores).
+    if (n > 4) return;
     checkAllreduceScaled(c, rank, n, DataType::kFloat32, ReduceOp::kSum, 1.0 / n,
                          (size_t(1) << 20) + 5);
   });

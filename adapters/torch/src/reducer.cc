@@ -74,6 +74,12 @@ struct GradientReducer::Impl {
   // backward(), autograd would wrap it in a c10::Error / RuntimeError and
   // lose its kind, which elastic training recovers by.
   std::exception_ptr deferred;
+  // Gradients autograd made afresh (zero_grad() set them to None, torch
+  // 2.x's default), with their regions of the bucket being submitted: copied
+  // in together, once per bucket. Kept here for their capacity (no
+  // allocation per step); empty between submissions.
+  std::vector<at::Tensor> fillTo;
+  std::vector<at::Tensor> fillFrom;
 
   [[noreturn]] void hookError(const std::string& message) {
     if (options.hook_error) options.hook_error(message);
@@ -156,10 +162,8 @@ struct GradientReducer::Impl {
     if (dense.empty()) return;
     ensureFlatLocked(b);
     const bool fixedLayout = dense.size() == b.members.size();
-    // Gradients autograd made afresh (zero_grad() set them to None, torch
-    // 2.x's default) are copied into the bucket together, once per bucket.
-    std::vector<at::Tensor> fillTo;
-    std::vector<at::Tensor> fillFrom;
+    fillTo.clear();
+    fillFrom.clear();
     int64_t offset = 0;
     for (size_t i : dense) {
       Slot& s = slots[i];
@@ -190,6 +194,8 @@ struct GradientReducer::Impl {
       }
     }
     compat::copyAll(fillTo, fillFrom);
+    fillTo.clear();  // the gradients autograd made are not kept past the copy
+    fillFrom.clear();
     at::Tensor work = fixedLayout ? b.flat : b.flat.narrow(0, 0, offset);
     Request request;
     request.name = b.name;

@@ -62,10 +62,10 @@ constexpr size_t kStreamingBytes = size_t(16) << 20;
 // From this size on, an allreduce's reduction writes each rank's own part
 // into its buffer as well as into its slot, instead of copying it back out
 // at the next step: one pass less over that part (bench_allreduce_sweep at 2
-// ranks, kolo-shm latency over MPI's: 1 MiB 0.82 -> 0.55, 4 MiB 0.98 ->
-// 0.54, 16 MiB 0.53 -> 0.46). Smaller buffers stay in cache, where the
-// longer reduction before the next synchronisation costs more than the
-// copy it saves (128 KiB: 0.79 -> 1.07 or worse).
+// ranks, kolo-shm time over MPI's: 1 MiB 0.91 -> 0.56, 4 MiB 1.12 -> 0.57,
+// 16 MiB 0.52 -> 0.42; benchmarks/README.md). Smaller buffers stay in
+// cache, where the longer reduction before the next synchronisation costs
+// more than the copy it saves (128 KiB: 0.79 -> 1.07 or worse).
 constexpr size_t kOwnInPlaceBytes = size_t(1) << 20;
 
 class Collectives final : public comm::Collectives {
