@@ -387,11 +387,17 @@ TEST(GpuOrchestration, ShutdownWithWorkInFlight) {
   auto rt = std::make_shared<HostRuntime>(2);
   std::vector<std::unique_ptr<DeviceFloats>> keep[2];
   std::vector<Handle> handles[2];
+  test::ThreadBarrier submitted(2);
   test::spawn(2, [&](int rank, Engine& engine) {
     for (int i = 0; i < 6; ++i) {
       keep[rank].push_back(std::make_unique<DeviceFloats>(*rt, rank, 4096));
       handles[rank].push_back(allreduce(engine, "w" + std::to_string(i), *keep[rank].back(), rank));
     }
+    // Both ranks submitted before either shuts down. Otherwise a rank
+    // that shut down first makes the other's next enqueue throw ("rank 1
+    // shut down while this operation was pending"; ASan, ctest -j2), which
+    // is a correct refusal but not this test's case.
+    submitted.arrive();
     engine.shutdown();
   }, gpuConfig(rt));
   for (int r = 0; r < 2; ++r) {

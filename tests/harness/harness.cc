@@ -31,6 +31,22 @@ Identity localIdentity(int rank, int size) {
   return id;
 }
 
+void ThreadBarrier::arrive(std::chrono::seconds limit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int generation = generation_;
+  if (++arrived_ == n_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return;
+  }
+  if (!cv_.wait_for(lock, limit, [&] { return generation_ != generation; })) {
+    throw std::runtime_error("ThreadBarrier: " + std::to_string(arrived_) + " of " +
+                             std::to_string(n_) + " ranks arrived within " +
+                             std::to_string(limit.count()) + "s");
+  }
+}
+
 void runRanks(int n, const std::function<void(int rank)>& fn,
               std::chrono::seconds limit) {
   std::mutex mu;

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kolo/config.h"
@@ -20,6 +22,23 @@ Config testConfig();
 
 // Rank `rank` of `size` ranks, all on one host.
 Identity localIdentity(int rank, int size);
+
+// A meeting point for the n rank threads of one test, outside any engine:
+// where a test must know that every rank finished one phase before any
+// starts the next (an engine's barrier would itself negotiate). arrive()
+// returns once all n arrived, or throws after limit, naming how many did.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int n) : n_(n) {}
+  void arrive(std::chrono::seconds limit = std::chrono::seconds(60));
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int arrived_ = 0;
+  int generation_ = 0;
+};
 
 // Runs fn(rank) on n threads and waits for all of them. Re-throws the first
 // failure as std::runtime_error("rank R: what"). If the threads do not all
