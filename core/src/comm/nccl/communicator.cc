@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -76,7 +77,9 @@ std::unique_ptr<Communicator> Communicator::connect(
     throw PeerFailure(who + " failed: ncclCommInitRankConfig: " + describe(r, comm));
   }
   std::unique_ptr<Communicator> result(new Communicator(comm, rank, size, device, timeout));
-  result->waitIssued("connect", Clock::now() + timeout);
+  std::unique_lock<std::mutex> lock(result->mu_);
+  result->waitIssued("connect", Clock::now() + timeout, lock);
+  lock.unlock();
   return result;
 }
 
@@ -148,13 +151,13 @@ void Communicator::abortLocked() noexcept {
 void Communicator::run(const char* what, cudaStream_t stream,
                        const std::function<ncclResult_t()>& issue) {
   (void)stream;  // issue() names it; the work stays on it
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   checkUsable(what);
   cuda::useDevice(device_);  // the loop thread works on this device
   const auto deadline = Clock::now() + timeout_;
   const ncclResult_t r = issue();
   if (r != ncclSuccess && r != ncclInProgress) fail(what, describe(r, comm_), false);
-  waitIssued(what, deadline);
+  waitIssued(what, deadline, lock);
 }
 
 Status Communicator::asyncError() {
@@ -172,9 +175,12 @@ Status Communicator::asyncError() {
   return Status{failedByTimeout_ ? ErrorCode::kTimeout : ErrorCode::kPeerFailure, failure_};
 }
 
-void Communicator::waitIssued(const char* what, Clock::time_point deadline) {
+void Communicator::waitIssued(const char* what, Clock::time_point deadline,
+                              std::unique_lock<std::mutex>& lock) {
   const auto start = Clock::now();
   for (;;) {
+    // Aborted by another thread while this one backed off: comm_ is gone.
+    checkUsable(what);
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
     if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError: " + describe(r, comm_), false);
@@ -183,7 +189,13 @@ void Communicator::waitIssued(const char* what, Clock::time_point deadline) {
     if (Clock::now() > deadline) {
       fail(what, "no progress from a peer", true);
     }
+    // Not held while backing off: a lazy connect may take until the
+    // deadline, and meanwhile the completion watcher's asyncError() and an
+    // abort() from the engine's failure path must get in (the abort ends
+    // this wait at the next look instead of at the timeout).
+    lock.unlock();
     backoff(Clock::now() - start);
+    lock.lock();
   }
 }
 

@@ -6,7 +6,10 @@
 //
 // Threading: one thread drives a Communicator (the engine's background
 // thread); every rank calls run() in the same order. asyncError() and
-// abort() may come from any thread (the GPU path's completion watcher).
+// abort() may come from any thread (the GPU path's completion watcher, the
+// engine's failure path), also while run() waits for NCCL to take its work
+// (a lazy connect may take until the timeout): an abort then ends that
+// wait within a look.
 #pragma once
 
 #include <chrono>
@@ -71,8 +74,10 @@ class Communicator {
 
   using Clock = std::chrono::steady_clock;
   // Until the communicator leaves ncclInProgress (a non-blocking call was
-  // issued) or the deadline passes.
-  void waitIssued(const char* what, Clock::time_point deadline);
+  // issued), the deadline passes or another thread aborts it. lock holds
+  // mu_ on entry and return; it is released between looks.
+  void waitIssued(const char* what, Clock::time_point deadline,
+                  std::unique_lock<std::mutex>& lock);
   void checkUsable(const char* what) const;
   // Records the failure (mu_ held).
   void noteFailure(const char* what, const std::string& text, bool isTimeout);
