@@ -122,6 +122,33 @@ def report(times, args, precision, device_name):
     return line
 
 
+def cudacount():
+    """tools/cudacount's counters when it is preloaded (LD_PRELOAD), else None."""
+    import ctypes
+    lib = ctypes.CDLL(None)
+    try:
+        total, named, reset = (lib.kolo_cudacount_total, lib.kolo_cudacount_total_named,
+                               lib.kolo_cudacount_reset)
+    except AttributeError:
+        return None
+    total.restype = named.restype = ctypes.c_uint64
+    total.argtypes = [ctypes.c_int]
+    named.argtypes = [ctypes.c_char_p]
+    return total, named, reset
+
+
+def count_runtime_calls(counters, model, opt, data, target, steps, precision):
+    """CUDA runtime calls per step as tools/cudacount sees them (every cuda*
+    call, cudaGetDevice included): (this thread's, kolo's threads', all)."""
+    total, named, reset = counters
+    train(model, opt, data, target, 2, precision)
+    torch.cuda.synchronize()
+    reset()
+    train(model, opt, data, target, steps, precision)
+    mine, kolos, every = total(0), named(b"kolo-"), total(2)
+    return mine / steps, kolos / steps, every / steps
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet50", choices=["resnet18", "resnet50"])
@@ -212,6 +239,28 @@ def main():
         line += " (goal: no polling loop: %s, %+.0f *Query calls/step)" % (
             "MET" if polls < 10 else "NOT MET", polls)
         summaries.append(line)
+
+    counters = cudacount()
+    if counters is None:
+        summaries.append("CUDA runtime calls/step (tools/cudacount): not preloaded; "
+                         "LD_PRELOAD=<build>/tools/cudacount/libkolo_cudacount.so counts them")
+    else:
+        runtime = {name: count_runtime_calls(counters, model, opt, data, target,
+                                             max(args.profile_steps, 5), precision)
+                   for name, (model, opt) in variants.items()}
+        reducer = getattr(kopt, "_kolo_reducer", None)
+        buckets = max(1, len(reducer.buckets())) if reducer is not None else 1
+        print("CUDA runtime calls per step (%s, tools/cudacount): training thread, kolo's "
+              "threads, all threads" % precision)
+        for name in variants:
+            print("  %-26s %8.1f %8.1f %8.1f" % ((name,) + runtime[name]))
+        train_extra = runtime[KOLO][0] - runtime[PLAIN][0]
+        per_bucket = runtime[KOLO][1] / buckets
+        summaries.append(
+            "CUDA runtime calls/step (%s, tools/cudacount): kolo's on the training thread %+.0f "
+            "over plain (goal <= 20: %s), on kolo's threads %.1f per bucket, %d bucket(s) "
+            "(goal <= 10: %s)" % (precision, train_extra, "MET" if train_extra <= 20 else "NOT MET",
+                                 per_bucket, buckets, "MET" if per_bucket <= 10 else "NOT MET"))
 
     print("kolo has no size-1 shortcut: at size 1 it negotiates, packs, runs ncclAllReduce "
           "and unpacks as at any size (these numbers include all of it)")

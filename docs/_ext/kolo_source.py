@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # launcher or the bindings, or as $KOLO_X / ${KOLO_X in an example script.
 # Messages that mention a variable ("KOLO_GPU_OPERATIONS=gloo") are not
 # whole literals and do not count.
-_LITERAL_DIRS = ("core/src", "launcher", "bindings", "examples")
+_LITERAL_DIRS = ("core/src", "launcher", "bindings", "examples", "tools")
 _LITERAL_SUFFIXES = {".cc", ".h", ".cu", ".py"}
 _LITERAL = re.compile(r"""["'](KOLO_[A-Z0-9_]+)["']""")
 _SHELL = re.compile(r"\$\{?(KOLO_[A-Z0-9_]+)")

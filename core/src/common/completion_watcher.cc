@@ -3,10 +3,15 @@
 #include <utility>
 #include <vector>
 
+#include "common/thread_name.h"
+
 namespace kolo {
 
 CompletionWatcher::CompletionWatcher(Options options) : options_(std::move(options)) {
-  thread_ = std::thread([this] { runWatcher(); });
+  thread_ = std::thread([this] {
+    nameThisThread("kolo-watch");
+    runWatcher();
+  });
 }
 
 CompletionWatcher::~CompletionWatcher() {

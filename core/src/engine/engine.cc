@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
 #include "engine/engine_impl.h"
 
 namespace kolo {
@@ -169,7 +170,10 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
              identity.rank, identity.size, config.controller, sets[0]->dataPlane,
              table.all().size());
   gate->engine = this;  // callers waiting from now on may run the cycles
-  thread = std::thread([this] { loopOnLoop(); });
+  thread = std::thread([this] {
+    nameThisThread("kolo-loop");
+    loopOnLoop();
+  });
 }
 
 Engine::Engine(Config config, Identity identity, std::shared_ptr<Store> store,

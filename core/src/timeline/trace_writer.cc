@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/thread_name.h"
 #include "kolo/error.h"
 
 namespace kolo::timeline {
@@ -49,7 +50,10 @@ TraceWriter::TraceWriter(const std::string& path, int pid, size_t capacity)
   }
   std::fputs("[\n", file_);
   queue_.reserve(capacity_);
-  thread_ = std::thread([this] { runWriter(); });
+  thread_ = std::thread([this] {
+    nameThisThread("kolo-timeline");
+    runWriter();
+  });
 }
 
 TraceWriter::~TraceWriter() { close(); }

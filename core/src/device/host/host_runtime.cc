@@ -109,6 +109,7 @@ std::shared_ptr<HostRuntime::HostEvent> HostRuntime::eventOf(Event event) const 
 }
 
 void HostRuntime::pinThread(int device) {
+  countCall();
   checkDevice(device);
   auto [it, fresh] = tThread.pinned.emplace(id_, device);
   if (fresh) {
@@ -162,6 +163,15 @@ void HostRuntime::unsafeCallLocked(const char* what, bool mayThrow) {
   }
 }
 
+void HostRuntime::countCall() const {
+  (currentDevice() >= 0 ? pinnedCalls_ : unpinnedCalls_).fetch_add(1, std::memory_order_relaxed);
+}
+
+HostRuntime::Calls HostRuntime::calls() const {
+  return Calls{pinnedCalls_.load(std::memory_order_relaxed),
+               unpinnedCalls_.load(std::memory_order_relaxed)};
+}
+
 int HostRuntime::currentDevice() const {
   auto it = tThread.pinned.find(id_);
   return it == tThread.pinned.end() ? -1 : it->second;
@@ -174,6 +184,7 @@ int HostRuntime::threadsPinnedTo(int device) const {
 }
 
 int HostRuntime::deviceOf(const void* ptr) {
+  countCall();
   if (ptr == nullptr) return -1;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mu_);
@@ -184,6 +195,7 @@ int HostRuntime::deviceOf(const void* ptr) {
 }
 
 void* HostRuntime::allocDevice(int device, size_t bytes) {
+  countCall();
   checkDevice(device);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -197,6 +209,7 @@ void* HostRuntime::allocDevice(int device, size_t bytes) {
 }
 
 void HostRuntime::freeDevice(void* ptr) noexcept {
+  countCall();
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,6 +220,7 @@ void HostRuntime::freeDevice(void* ptr) noexcept {
 }
 
 void* HostRuntime::allocPinned(size_t bytes) {
+  countCall();
   {
     std::lock_guard<std::mutex> lock(mu_);
     unsafeCallLocked("cudaHostAlloc", true);
@@ -217,6 +231,7 @@ void* HostRuntime::allocPinned(size_t bytes) {
 }
 
 void HostRuntime::freePinned(void* ptr) noexcept {
+  countCall();
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -226,6 +241,7 @@ void HostRuntime::freePinned(void* ptr) noexcept {
 }
 
 Stream HostRuntime::createStream(int device) {
+  countCall();
   checkDevice(device);
   auto s = std::make_unique<HostStream>();
   s->device = device;
@@ -238,6 +254,7 @@ Stream HostRuntime::createStream(int device) {
 }
 
 void HostRuntime::destroyStream(Stream stream) noexcept {
+  countCall();
   if (stream == nullptr) return;
   HostStream* s = &streamOf(stream);
   std::unique_ptr<HostStream> owned;
@@ -258,6 +275,7 @@ void HostRuntime::destroyStream(Stream stream) noexcept {
 }
 
 Event HostRuntime::createEvent(int device, bool timing) {
+  countCall();
   checkDevice(device);
   auto e = std::make_shared<HostEvent>();
   e->device = device;
@@ -266,6 +284,7 @@ Event HostRuntime::createEvent(int device, bool timing) {
 }
 
 void HostRuntime::destroyEvent(Event event) noexcept {
+  countCall();
   delete reinterpret_cast<std::shared_ptr<HostEvent>*>(event);
 }
 
@@ -331,6 +350,7 @@ void HostRuntime::runStream(HostStream* s) {
 }
 
 void HostRuntime::record(Event event, Stream stream) {
+  countCall();
   std::shared_ptr<HostEvent> e = eventOf(event);
   HostStream& s = streamOf(stream);
   uint64_t n;
@@ -348,6 +368,7 @@ void HostRuntime::record(Event event, Stream stream) {
 }
 
 void HostRuntime::wait(Stream stream, Event event) {
+  countCall();
   std::shared_ptr<HostEvent> e = eventOf(event);
   HostStream& s = streamOf(stream);
   uint64_t target;
@@ -367,6 +388,7 @@ void HostRuntime::wait(Stream stream, Event event) {
 }
 
 bool HostRuntime::reached(Event event) {
+  countCall();
   std::shared_ptr<HostEvent> e = eventOf(event);
   CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);
@@ -376,12 +398,14 @@ bool HostRuntime::reached(Event event) {
 }
 
 bool HostRuntime::captured(Event event) {
+  countCall();
   std::shared_ptr<HostEvent> e = eventOf(event);
   std::lock_guard<std::mutex> lock(mu_);
   return e->captured;
 }
 
 bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
+  countCall();
   const HostEvent& a = *eventOf(from);
   const HostEvent& b = *eventOf(to);
   std::lock_guard<std::mutex> lock(mu_);
@@ -391,6 +415,7 @@ bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
 }
 
 void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
+  countCall();
   std::shared_ptr<const std::function<void()>> before;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -424,6 +449,7 @@ void HostRuntime::callBeforeWait(int device) {
 }
 
 void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
+  countCall();
   (void)kind;
   if (bytes == 0) return;
   enqueue(stream, Stage::kCopy, [dst, src, bytes] { std::memmove(dst, src, bytes); });
@@ -431,6 +457,7 @@ void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, 
 
 void HostRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
                        const comm::cuda::CopyTransform& transform, Stream stream) {
+  countCall();
   using Kind = comm::cuda::CopyTransform::Kind;
   // The CUDA runtime's plan, checked at the call as there, and run launch
   // by launch, chunk by chunk, each chunk found as the kernel's blocks find
@@ -467,6 +494,7 @@ void HostRuntime::launch(Stream stream, Stage stage, std::function<void()> fn) {
 }
 
 void HostRuntime::synchronize(Stream stream) {
+  countCall();
   HostStream& s = streamOf(stream);
   callBeforeWait(s.device);
   std::unique_lock<std::mutex> lock(mu_);
@@ -476,6 +504,7 @@ void HostRuntime::synchronize(Stream stream) {
 }
 
 bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
+  countCall();
   HostStream& s = streamOf(stream);
   try {
     callBeforeWait(s.device);
@@ -490,6 +519,7 @@ bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noex
 }
 
 Status HostRuntime::streamError(Stream stream) noexcept {
+  countCall();
   HostStream& s = streamOf(stream);
   CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);

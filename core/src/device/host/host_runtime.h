@@ -17,6 +17,7 @@
 // Threading: every method from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,7 +47,10 @@ class HostRuntime final : public Runtime {
   const char* name() const override { return "host"; }
   void pinThread(int device) override;
   int deviceOf(const void* ptr) override;
-  int deviceCount() override { return devices_; }
+  int deviceCount() override {
+    countCall();
+    return devices_;
+  }
   Stream createStream(int device) override;
   void destroyStream(Stream stream) noexcept override;
   Event createEvent(int device, bool timing) override;
@@ -120,6 +124,17 @@ class HostRuntime final : public Runtime {
   // of the device touches memory now (tests).
   bool idle(int device) const;
 
+  // The calls of the Runtime methods so far (each one at least one CUDA
+  // runtime call in CudaRuntime), by the threads that made them: pinned
+  // ones (kolo's own threads pin themselves) and the others (the training
+  // side: callers of enqueue and wait). Tests count a step's from the
+  // difference of two reads.
+  struct Calls {
+    uint64_t pinned = 0;
+    uint64_t unpinned = 0;
+  };
+  Calls calls() const;
+
   // The clique of `size` members named id (device/host/collectives.h), made
   // by the first member to ask; newCliqueId() names a new one (the
   // ncclGetUniqueId of this runtime).
@@ -137,6 +152,7 @@ class HostRuntime final : public Runtime {
   HostStream& streamOf(Stream stream) const;
   std::shared_ptr<HostEvent> eventOf(Event event) const;
   void checkDevice(int device) const;
+  void countCall() const;
   // Queues fn on stream; stage's injected fault, if this is the one.
   void enqueue(Stream stream, Stage stage, std::function<void()> fn);
   void runStream(HostStream* s);
@@ -152,6 +168,8 @@ class HostRuntime final : public Runtime {
   class CallerSafe;
 
   const int devices_;
+  mutable std::atomic<uint64_t> pinnedCalls_{0};
+  mutable std::atomic<uint64_t> unpinnedCalls_{0};
   mutable std::mutex mu_;  // guards everything below and every stream's and event's state
   std::condition_variable changed_;  // an event completed, a fault, a stream went idle
   std::vector<Status> faults_;       // per device
