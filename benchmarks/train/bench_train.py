@@ -28,7 +28,13 @@ and rank 0 also prints the machine-readable line
 
 where step_ms is rank 0's median over the timed steps (the ranks of the
 communicating modes run in lockstep; benchmarks/train/run.sh averages the
-RANKSTEP medians of all ranks, which is what matters for nocomm).
+RANKSTEP medians of all ranks, which is what matters for nocomm). With
+--phases every rank also prints
+
+    PHASES rank=<r> zero_grad_ms=.. forward_ms=.. backward_ms=.. synchronize_ms=.. step_ms=..
+
+(medians per phase; kolo and horovod then call synchronize() and step()
+apart, so synchronize_ms is the wait for the reductions after backward).
 """
 import argparse
 import os
@@ -161,6 +167,10 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--phases", action="store_true",
+                        help="also time each phase of a step (zero_grad, forward, backward, "
+                             "kolo/horovod: synchronize, then the optimizer's step) and print "
+                             "a PHASES line per rank with their medians")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -187,15 +197,31 @@ def main():
               % (args.model, params, args.mode, size, args.batch_size, args.threads), flush=True)
 
     times = []
+    phase_names = ("zero_grad", "forward", "backward", "synchronize", "step")
+    phases = {name: [] for name in phase_names}
+    split = args.phases and comm.hvd is not None  # synchronize() apart from step()
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
         optimizer.zero_grad()
+        t_zero = time.perf_counter()
         loss = F.cross_entropy(model(data), target)
+        t_fwd = time.perf_counter()
         loss.backward()
-        optimizer.step()
-        elapsed = time.perf_counter() - start
+        t_bwd = time.perf_counter()
+        if split:
+            optimizer.synchronize()
+            t_sync = time.perf_counter()
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        else:
+            t_sync = t_bwd
+            optimizer.step()
+        end = time.perf_counter()
         if i >= args.warmup:
-            times.append(1000.0 * elapsed)
+            times.append(1000.0 * (end - start))
+            for name, (a, b) in zip(phase_names, ((start, t_zero), (t_zero, t_fwd),
+                                                  (t_fwd, t_bwd), (t_bwd, t_sync), (t_sync, end))):
+                phases[name].append(1000.0 * (b - a))
     if not all(torch.isfinite(p).all() for p in model.parameters()):
         print("rank %d: parameters are not finite" % rank, file=sys.stderr)
         sys.exit(1)
@@ -205,6 +231,10 @@ def main():
     print("RANKSTEP rank=%d step_ms=%.3f mean_ms=%.3f p10_ms=%.3f p90_ms=%.3f loss=%.4f"
           % (rank, median, statistics.fmean(ordered), percentile(ordered, 0.1),
              percentile(ordered, 0.9), loss.item()), flush=True)
+    if args.phases:
+        print("PHASES rank=%d %s" % (rank, " ".join(
+            "%s_ms=%.2f" % (name, statistics.median(v)) for name, v in phases.items())),
+            flush=True)
     medians = comm.gather(median)
     if rank == 0:
         print("RESULT model=%s mode=%s np=%d batch=%d threads=%d step_ms=%.3f params=%d backend=%s"
