@@ -26,6 +26,7 @@ namespace {
 
 struct FakeNccl {
   std::atomic<bool> hold{false};    // ncclCommGetAsyncError says ncclInProgress
+  std::atomic<bool> remoteError{false};  // ... or, before that, ncclRemoteError
   std::atomic<int> looks{0};        // calls of ncclCommGetAsyncError
   std::atomic<bool> aborted{false};
   std::atomic<int> usedAfterAbort{0};
@@ -59,7 +60,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int, ncclUniqueId, int,
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   touch(comm);
   ++fake.looks;
-  *state = fake.hold.load() ? ncclInProgress : ncclSuccess;
+  *state = fake.remoteError.load() ? ncclRemoteError
+           : fake.hold.load()      ? ncclInProgress
+                                   : ncclSuccess;
   return ncclSuccess;
 }
 
@@ -165,6 +168,29 @@ TEST(NcclCommunicator, AbortEndsARunThatWaitsForNccl) {
   EXPECT_NE(what.find("nccl allreduce failed"), std::string::npos) << what;
   EXPECT_NE(what.find("aborted"), std::string::npos) << what;
   aborted.get();
+  comm.reset();
+  EXPECT_EQ(fake.usedAfterAbort.load(), 0) << "the communicator was used after ncclCommAbort";
+}
+
+// A peer's failure that NCCL reports while a run waits ends the run at
+// once, whichever thread sees it first (the run's own look, or the
+// completion watcher's asyncError() between two looks), and the
+// communicator is aborted, so that kernels waiting for that peer end.
+TEST(NcclCommunicator, APeerFailureWhileARunWaitsEndsItAndAborts) {
+  auto comm = connectOne();
+  fake.usedAfterAbort = 0;
+  auto run = runHeld(*comm);
+  fake.remoteError = true;
+  auto status = std::async(std::launch::async, [&] { return comm->asyncError(); });
+  const bool runEnded = run.wait_for(kPrompt) == std::future_status::ready;
+  const bool answered = status.wait_for(kPrompt) == std::future_status::ready;
+  fake.remoteError = false;
+  fake.hold = false;
+  EXPECT_TRUE(runEnded) << "run() went on waiting after NCCL reported a failure";
+  EXPECT_TRUE(answered);
+  EXPECT_FALSE(status.get().ok());
+  EXPECT_NE(run.get().find("nccl allreduce failed"), std::string::npos);
+  EXPECT_TRUE(fake.aborted.load()) << "the communicator was not aborted";
   comm.reset();
   EXPECT_EQ(fake.usedAfterAbort.load(), 0) << "the communicator was used after ncclCommAbort";
 }

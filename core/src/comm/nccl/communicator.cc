@@ -179,8 +179,13 @@ void Communicator::waitIssued(const char* what, Clock::time_point deadline,
                               std::unique_lock<std::mutex>& lock) {
   const auto start = Clock::now();
   for (;;) {
-    // Aborted by another thread while this one backed off: comm_ is gone.
-    checkUsable(what);
+    if (failed_) {
+      // While this thread backed off, another aborted the communicator
+      // (comm_ is gone) or asyncError() noted a failure (then abort now,
+      // as fail() does, so that kernels waiting for peers end).
+      abortLocked();
+      checkUsable(what);
+    }
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
     if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError: " + describe(r, comm_), false);
