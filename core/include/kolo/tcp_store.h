@@ -37,7 +37,8 @@ class TcpStoreServer {
   /// The port it listens on (the one picked when constructed with 0).
   uint16_t port() const;
   /// Connections refused because they failed authentication or sent a
-  /// malformed frame (for tests and logs).
+  /// malformed frame (for tests and logs). Each is counted after its log
+  /// line is written to stderr.
   uint64_t rejectedConnections() const;
   /// The server's own data as a Store, without a network hop (kolorun uses
   /// it to watch which ranks arrived). It may outlive the server; once the

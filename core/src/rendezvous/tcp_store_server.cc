@@ -80,8 +80,9 @@ struct TcpStoreServer::Impl {
   WaitOutcome waitKeys(const std::vector<std::string>& keys,
                        std::chrono::milliseconds timeout, int fd);
   void reject(const std::string& peer, const std::string& verb, const std::string& why) {
-    rejected.fetch_add(1);
+    // Log first: a reader that sees the count has its line to read too.
     logLine(verb + " connection from " + peer + ": " + why);
+    rejected.fetch_add(1);
   }
 };
 
