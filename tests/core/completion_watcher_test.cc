@@ -248,6 +248,34 @@ TEST(CompletionWatcher, ChecksOnlyWhileWorkIsOpenAndNeverSpins) {
   ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
 }
 
+// A synchronous caller's small ops: each fence opened, signalled and
+// settled before the next one is opened. The watcher keeps to its check
+// schedule after a fence settles, so the next then() finds it waiting with
+// a deadline and needs no wake-up: one wake-up per op (its signal), where
+// a watcher that slept without a deadline between them took two.
+TEST(CompletionWatcher, FencesOneAfterAnotherCostOneWakeUpEach) {
+  auto options = quietOptions();
+  options.checkInterval = std::chrono::minutes(10);  // no periodic wake-ups
+  CompletionWatcher w(options);
+  Record rec;
+  w.then(w.open(), rec.callback(0));
+  w.signal();
+  ASSERT_TRUE(eventually([&] { return rec.size() == 1; }));
+  const uint64_t before = w.wakeups();
+  constexpr int kOps = 20;
+  for (int i = 1; i <= kOps; ++i) {
+    w.then(w.open(), rec.callback(i));
+    // The device's work takes a moment: time for the watcher thread to
+    // run if then() woke it (back-to-back notifications would merge).
+    std::this_thread::sleep_for(2ms);
+    w.signal();
+    ASSERT_TRUE(eventually([&] { return rec.size() == static_cast<size_t>(i) + 1; }));
+  }
+  EXPECT_LE(w.wakeups() - before, static_cast<uint64_t>(kOps) + 3)
+      << "then() woke the watcher between fences that followed one another";
+  w.drain();
+}
+
 // then() right after open() (every response) wakes the watcher only when
 // it has something to do: to start its health checks when nothing was
 // open, or to run a callback whose fence was reached already.

@@ -186,6 +186,15 @@ void CompletionWatcher::runWatcher() {
     if (stopping_ && fences_.empty()) return;
     if (stopping_) continue;  // settles the rest as failed on the next pass
     const bool open = failure_.ok() && signalled_ < base_ + fences_.size();
+    if (!open && failure_.ok() && Clock::now() < nextCheck) {
+      // Nothing on the device. Stay on the check schedule until the next
+      // check is due before sleeping without a deadline: the next fence
+      // of a burst then needs no wake-up of its own (then()), only its
+      // signal. An idle device costs one wake-up more, at that check.
+      cv_.wait_until(lock, nextCheck);
+      ++wakeups_;
+      continue;
+    }
     if (!open) {
       idle_ = true;
       cv_.wait(lock);

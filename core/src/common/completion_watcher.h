@@ -29,7 +29,11 @@
 // shutdown is under way, or the watcher sleeps without a deadline (it must
 // start the health checks). While fences are open it sleeps until the next
 // signal() or check anyway, so a then() right after open() (every response)
-// costs the producer no wake-up of the watcher.
+// costs the producer no wake-up of the watcher. Once the last fence
+// settles it keeps to the check schedule until the next check is due
+// before it sleeps without a deadline: fences that follow one another (a
+// synchronous caller's small ops, each settled before the next is opened)
+// cost one wake-up each, their signal's, not two.
 #pragma once
 
 #include <chrono>

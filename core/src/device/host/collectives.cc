@@ -117,7 +117,7 @@ void Collectives::launch(const char* what, const void* a, const void* b, Clique:
   int device = device_;
   for (const void* p : {a, b}) {
     if (p == nullptr) continue;
-    const int d = runtime_->deviceOf(p);
+    const int d = runtime_->ownerOf(p);
     KOLO_CHECK_ARG(d >= 0, std::string("host ") + what + ": buffer is not device memory");
     KOLO_CHECK_ARG(device < 0 || d == device, std::string("host ") + what +
                                                   ": buffers on devices " +

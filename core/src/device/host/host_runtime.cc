@@ -7,6 +7,7 @@
 #include <deque>
 #include <utility>
 
+#include "common/thread_name.h"
 #include "device/host/collectives.h"
 #include "execution/reduce.h"
 
@@ -33,6 +34,9 @@ struct HostRuntime::HostStream {
   std::deque<Task> tasks;  // guarded by the runtime's mu_
   bool busy = false;       // a task runs now
   bool stop = false;
+  // Wakes the stream's thread while it has nothing to run (new work, stop):
+  // only it, where the runtime's changed_ would wake every stream's.
+  std::condition_variable work;
   bool capturing = false;
   CaptureMode captureMode = CaptureMode::kGlobal;
   std::thread::id captureOwner;  // the thread that began the capture
@@ -87,6 +91,7 @@ HostRuntime::~HostRuntime() {
     for (auto& s : streams) s->stop = true;
   }
   changed_.notify_all();
+  for (auto& s : streams) s->work.notify_all();
   for (auto& s : streams) s->thread.join();
   for (auto& [start, block] : allocations_) std::free(reinterpret_cast<void*>(start));
 }
@@ -109,10 +114,12 @@ std::shared_ptr<HostRuntime::HostEvent> HostRuntime::eventOf(Event event) const 
 }
 
 void HostRuntime::pinThread(int device) {
-  countCall();
   checkDevice(device);
   auto [it, fresh] = tThread.pinned.emplace(id_, device);
   if (fresh) {
+    // As CudaRuntime: only the first pin calls CUDA (cudaSetDevice and the
+    // capture mode); a pinned thread's later pins cost nothing.
+    countCall(Method::kPinThread);
     if (modeLocked() == CaptureMode::kGlobal) {
       tThread.modes[id_] = static_cast<uint8_t>(CaptureMode::kThreadLocal);
     }
@@ -163,13 +170,31 @@ void HostRuntime::unsafeCallLocked(const char* what, bool mayThrow) {
   }
 }
 
-void HostRuntime::countCall() const {
-  (currentDevice() >= 0 ? pinnedCalls_ : unpinnedCalls_).fetch_add(1, std::memory_order_relaxed);
+void HostRuntime::countCall(Method method) const {
+  auto& counts = currentDevice() >= 0 ? pinnedCalls_ : unpinnedCalls_;
+  counts[static_cast<size_t>(method)].fetch_add(1, std::memory_order_relaxed);
 }
 
 HostRuntime::Calls HostRuntime::calls() const {
-  return Calls{pinnedCalls_.load(std::memory_order_relaxed),
-               unpinnedCalls_.load(std::memory_order_relaxed)};
+  Calls c;
+  for (size_t m = 0; m < kMethods; ++m) {
+    c.pinnedBy[m] = pinnedCalls_[m].load(std::memory_order_relaxed);
+    c.unpinnedBy[m] = unpinnedCalls_[m].load(std::memory_order_relaxed);
+    c.pinned += c.pinnedBy[m];
+    c.unpinned += c.unpinnedBy[m];
+  }
+  return c;
+}
+
+const char* HostRuntime::methodName(Method method) {
+  static constexpr const char* kNames[kMethods] = {
+      "pinThread",   "deviceOf",      "deviceCount", "allocDevice", "freeDevice",
+      "allocPinned", "freePinned",    "createStream", "destroyStream", "createEvent",
+      "destroyEvent", "record",       "wait",         "reached",     "captured",
+      "elapsedMs",   "hostFunc",      "copy",         "pack",        "synchronize",
+      "settleFor",   "streamError"};
+  const auto m = static_cast<size_t>(method);
+  return m < kMethods ? kNames[m] : "?";
 }
 
 int HostRuntime::currentDevice() const {
@@ -184,7 +209,11 @@ int HostRuntime::threadsPinnedTo(int device) const {
 }
 
 int HostRuntime::deviceOf(const void* ptr) {
-  countCall();
+  countCall(Method::kDeviceOf);
+  return ownerOf(ptr);
+}
+
+int HostRuntime::ownerOf(const void* ptr) const {
   if (ptr == nullptr) return -1;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mu_);
@@ -195,7 +224,7 @@ int HostRuntime::deviceOf(const void* ptr) {
 }
 
 void* HostRuntime::allocDevice(int device, size_t bytes) {
-  countCall();
+  countCall(Method::kAllocDevice);
   checkDevice(device);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -209,7 +238,7 @@ void* HostRuntime::allocDevice(int device, size_t bytes) {
 }
 
 void HostRuntime::freeDevice(void* ptr) noexcept {
-  countCall();
+  countCall(Method::kFreeDevice);
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -220,7 +249,7 @@ void HostRuntime::freeDevice(void* ptr) noexcept {
 }
 
 void* HostRuntime::allocPinned(size_t bytes) {
-  countCall();
+  countCall(Method::kAllocPinned);
   {
     std::lock_guard<std::mutex> lock(mu_);
     unsafeCallLocked("cudaHostAlloc", true);
@@ -231,7 +260,7 @@ void* HostRuntime::allocPinned(size_t bytes) {
 }
 
 void HostRuntime::freePinned(void* ptr) noexcept {
-  countCall();
+  countCall(Method::kFreePinned);
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -241,20 +270,23 @@ void HostRuntime::freePinned(void* ptr) noexcept {
 }
 
 Stream HostRuntime::createStream(int device) {
-  countCall();
+  countCall(Method::kCreateStream);
   checkDevice(device);
   auto s = std::make_unique<HostStream>();
   s->device = device;
   HostStream* raw = s.get();
   std::lock_guard<std::mutex> lock(mu_);  // the worker starts once this is released
   unsafeCallLocked("cudaStreamCreate", true);
-  raw->thread = std::thread([this, raw] { runStream(raw); });
+  raw->thread = std::thread([this, raw] {
+    nameThisThread("host-stream");  // the device's stand-in, apart from kolo's threads
+    runStream(raw);
+  });
   streams_.push_back(std::move(s));
   return reinterpret_cast<Stream>(raw);
 }
 
 void HostRuntime::destroyStream(Stream stream) noexcept {
-  countCall();
+  countCall(Method::kDestroyStream);
   if (stream == nullptr) return;
   HostStream* s = &streamOf(stream);
   std::unique_ptr<HostStream> owned;
@@ -271,11 +303,12 @@ void HostRuntime::destroyStream(Stream stream) noexcept {
     }
   }
   changed_.notify_all();
+  s->work.notify_all();
   if (owned) owned->thread.join();
 }
 
 Event HostRuntime::createEvent(int device, bool timing) {
-  countCall();
+  countCall(Method::kCreateEvent);
   checkDevice(device);
   auto e = std::make_shared<HostEvent>();
   e->device = device;
@@ -284,7 +317,7 @@ Event HostRuntime::createEvent(int device, bool timing) {
 }
 
 void HostRuntime::destroyEvent(Event event) noexcept {
-  countCall();
+  countCall(Method::kDestroyEvent);
   delete reinterpret_cast<std::shared_ptr<HostEvent>*>(event);
 }
 
@@ -321,13 +354,13 @@ void HostRuntime::enqueue(Stream stream, Stage stage, std::function<void()> fn) 
     }
     s.tasks.push_back(std::move(task));
   }
-  changed_.notify_all();
+  s.work.notify_one();
 }
 
 void HostRuntime::runStream(HostStream* s) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    changed_.wait(lock, [&] { return s->stop || !s->tasks.empty(); });
+    s->work.wait(lock, [&] { return s->stop || !s->tasks.empty(); });
     if (s->tasks.empty()) return;  // stopping, nothing left
     Task task = std::move(s->tasks.front());
     s->tasks.pop_front();
@@ -350,7 +383,7 @@ void HostRuntime::runStream(HostStream* s) {
 }
 
 void HostRuntime::record(Event event, Stream stream) {
-  countCall();
+  countCall(Method::kRecord);
   std::shared_ptr<HostEvent> e = eventOf(event);
   HostStream& s = streamOf(stream);
   uint64_t n;
@@ -368,7 +401,7 @@ void HostRuntime::record(Event event, Stream stream) {
 }
 
 void HostRuntime::wait(Stream stream, Event event) {
-  countCall();
+  countCall(Method::kWait);
   std::shared_ptr<HostEvent> e = eventOf(event);
   HostStream& s = streamOf(stream);
   uint64_t target;
@@ -388,7 +421,7 @@ void HostRuntime::wait(Stream stream, Event event) {
 }
 
 bool HostRuntime::reached(Event event) {
-  countCall();
+  countCall(Method::kReached);
   std::shared_ptr<HostEvent> e = eventOf(event);
   CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);
@@ -398,14 +431,14 @@ bool HostRuntime::reached(Event event) {
 }
 
 bool HostRuntime::captured(Event event) {
-  countCall();
+  countCall(Method::kCaptured);
   std::shared_ptr<HostEvent> e = eventOf(event);
   std::lock_guard<std::mutex> lock(mu_);
   return e->captured;
 }
 
 bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
-  countCall();
+  countCall(Method::kElapsedMs);
   const HostEvent& a = *eventOf(from);
   const HostEvent& b = *eventOf(to);
   std::lock_guard<std::mutex> lock(mu_);
@@ -415,7 +448,7 @@ bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
 }
 
 void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
-  countCall();
+  countCall(Method::kHostFunc);
   std::shared_ptr<const std::function<void()>> before;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -449,7 +482,7 @@ void HostRuntime::callBeforeWait(int device) {
 }
 
 void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
-  countCall();
+  countCall(Method::kCopy);
   (void)kind;
   if (bytes == 0) return;
   enqueue(stream, Stage::kCopy, [dst, src, bytes] { std::memmove(dst, src, bytes); });
@@ -457,7 +490,7 @@ void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, 
 
 void HostRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
                        const comm::cuda::CopyTransform& transform, Stream stream) {
-  countCall();
+  countCall(Method::kPack);
   using Kind = comm::cuda::CopyTransform::Kind;
   // The CUDA runtime's plan, checked at the call as there, and run launch
   // by launch, chunk by chunk, each chunk found as the kernel's blocks find
@@ -494,7 +527,7 @@ void HostRuntime::launch(Stream stream, Stage stage, std::function<void()> fn) {
 }
 
 void HostRuntime::synchronize(Stream stream) {
-  countCall();
+  countCall(Method::kSynchronize);
   HostStream& s = streamOf(stream);
   callBeforeWait(s.device);
   std::unique_lock<std::mutex> lock(mu_);
@@ -504,7 +537,7 @@ void HostRuntime::synchronize(Stream stream) {
 }
 
 bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noexcept {
-  countCall();
+  countCall(Method::kSettleFor);
   HostStream& s = streamOf(stream);
   try {
     callBeforeWait(s.device);
@@ -519,7 +552,7 @@ bool HostRuntime::settleFor(Stream stream, std::chrono::milliseconds limit) noex
 }
 
 Status HostRuntime::streamError(Stream stream) noexcept {
-  countCall();
+  countCall(Method::kStreamError);
   HostStream& s = streamOf(stream);
   CallerSafe safe(*this);
   std::lock_guard<std::mutex> lock(mu_);

@@ -17,6 +17,7 @@
 // Threading: every method from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,7 +49,7 @@ class HostRuntime final : public Runtime {
   void pinThread(int device) override;
   int deviceOf(const void* ptr) override;
   int deviceCount() override {
-    countCall();
+    countCall(Method::kDeviceCount);
     return devices_;
   }
   Stream createStream(int device) override;
@@ -73,6 +74,9 @@ class HostRuntime final : public Runtime {
   void freePinned(void* ptr) noexcept override;
 
   int devices() const { return devices_; }
+  // deviceOf without counting a call: the stand-in collectives check their
+  // buffers with it on every call, where NCCL makes no runtime call.
+  int ownerOf(const void* ptr) const;
 
   // The nth (1 = the next) piece of stage's work enqueued on device from
   // now on faults the device when it would run, with message (like a
@@ -129,9 +133,21 @@ class HostRuntime final : public Runtime {
   // ones (kolo's own threads pin themselves) and the others (the training
   // side: callers of enqueue and wait). Tests count a step's from the
   // difference of two reads.
+  // By method too (indexed by Method; methodName names it), as a path's
+  // cost is read in bench_gpu_path_host.
+  enum class Method : uint8_t {
+    kPinThread, kDeviceOf, kDeviceCount, kAllocDevice, kFreeDevice, kAllocPinned, kFreePinned,
+    kCreateStream, kDestroyStream, kCreateEvent, kDestroyEvent, kRecord, kWait, kReached,
+    kCaptured, kElapsedMs, kHostFunc, kCopy, kPack, kSynchronize, kSettleFor, kStreamError,
+    kCount
+  };
+  static constexpr size_t kMethods = static_cast<size_t>(Method::kCount);
+  static const char* methodName(Method method);
   struct Calls {
     uint64_t pinned = 0;
     uint64_t unpinned = 0;
+    std::array<uint64_t, kMethods> pinnedBy{};
+    std::array<uint64_t, kMethods> unpinnedBy{};
   };
   Calls calls() const;
 
@@ -152,7 +168,7 @@ class HostRuntime final : public Runtime {
   HostStream& streamOf(Stream stream) const;
   std::shared_ptr<HostEvent> eventOf(Event event) const;
   void checkDevice(int device) const;
-  void countCall() const;
+  void countCall(Method method) const;
   // Queues fn on stream; stage's injected fault, if this is the one.
   void enqueue(Stream stream, Stage stage, std::function<void()> fn);
   void runStream(HostStream* s);
@@ -168,8 +184,8 @@ class HostRuntime final : public Runtime {
   class CallerSafe;
 
   const int devices_;
-  mutable std::atomic<uint64_t> pinnedCalls_{0};
-  mutable std::atomic<uint64_t> unpinnedCalls_{0};
+  mutable std::array<std::atomic<uint64_t>, kMethods> pinnedCalls_{};
+  mutable std::array<std::atomic<uint64_t>, kMethods> unpinnedCalls_{};
   mutable std::mutex mu_;  // guards everything below and every stream's and event's state
   std::condition_variable changed_;  // an event completed, a fault, a stream went idle
   std::vector<Status> faults_;       // per device
