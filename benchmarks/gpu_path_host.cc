@@ -23,7 +23,9 @@
 //   - each thread's wake-ups (voluntary context switches: the thread
 //     blocked and another woke it, a hand-off that slept) and CPU time,
 //     by thread name: the caller, kolo-loop, kolo-watch, host-stream (the
-//     device's stand-in). A hand-off that spins costs CPU time instead.
+//     device's stand-in) and host-callback (where the host runtime runs
+//     host functions, as CUDA runs them on a driver thread while the
+//     stream waits). A hand-off that spins costs CPU time instead.
 // KOLO_* variables apply (KOLO_SPIN_TIME, KOLO_CYCLE_TIME, ...).
 #include <fmt/core.h>
 #include <sys/types.h>
@@ -102,7 +104,7 @@ std::map<std::string, ThreadSample> byRole(const std::map<long, ThreadSample>& b
     if (auto it = before.find(tid); it != before.end()) b = it->second;
     std::string role = a.name;
     if (tid == static_cast<long>(getpid())) role = "caller";
-    else if (role.rfind("kolo-", 0) != 0 && role != "host-stream") role = "other";
+    else if (role.rfind("kolo-", 0) != 0 && role.rfind("host-", 0) != 0) role = "other";
     ThreadSample& r = out[role];
     r.name = role;
     r.wakeups += a.wakeups - b.wakeups;

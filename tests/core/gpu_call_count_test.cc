@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,6 +113,79 @@ TEST(GpuCallCount, TwoRanksCostNoMorePerBucket) {
   std::printf("size 2, 4 buckets: kolo's threads %.1f calls per bucket and rank\n",
               c.kolosPerBucket);
   EXPECT_LE(c.kolosPerBucket, 10.0);
+}
+
+// How the completion thread learns that a response's GPU work is done
+// (GpuOps::flushSignals): a host function on the comm stream holds the
+// stream, and the next response's work with it, until the driver's
+// callback thread ran it (the host runtime runs it on a callback thread of
+// its own too). While a caller's small ops follow one another, its waiter
+// reports each fence and none is placed.
+uint64_t hostFunctions(const HostRuntime& rt) {
+  const HostRuntime::Calls c = rt.calls();
+  const auto m = static_cast<size_t>(HostRuntime::Method::kHostFunc);
+  return c.pinnedBy[m] + c.unpinnedBy[m];
+}
+
+TEST(GpuSignals, SmallOpsOneAfterAnotherPlaceNoHostFunctionWhileTheirWaitersReportThem) {
+  auto rt = std::make_shared<HostRuntime>(1);
+  Config config = gpuConfig(rt);
+  // Far above an op's time on a loaded machine: the loop thread and the
+  // waiter spin between the ops.
+  config.spinTime = std::chrono::milliseconds(200);
+  uint64_t placed = 0;
+  constexpr int kOps = 50;
+  test::spawn(1, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 1);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(settle(allreduce(engine, "x", t, rank)).ok());
+    const uint64_t before = hostFunctions(*rt);
+    for (int i = 0; i < kOps; ++i) ASSERT_TRUE(settle(allreduce(engine, "x", t, rank)).ok());
+    placed = hostFunctions(*rt) - before;
+  }, config);
+  std::printf("%d ops one after another: %llu host functions\n", kOps,
+              static_cast<unsigned long long>(placed));
+  // One per op before: the waiters' reports make them unnecessary. A few
+  // for ops that took longer than the spin time on a loaded machine.
+  EXPECT_LE(placed, 5u);
+}
+
+TEST(GpuSignals, AWaitersReportRunsTheOpsCallbackWithoutAHostFunction) {
+  auto rt = std::make_shared<HostRuntime>(1);
+  Config config = gpuConfig(rt);
+  config.spinTime = std::chrono::seconds(10);  // no host function for 10 s
+  test::spawn(1, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 1);
+    std::promise<Status> called;
+    auto done = called.get_future();
+    const uint64_t before = hostFunctions(*rt);
+    Handle h = allreduce(engine, "x", t, rank, nullptr,
+                         [&called](const Status& s) { called.set_value(s); });
+    ASSERT_TRUE(settle(h).ok());
+    ASSERT_EQ(done.wait_for(5s), std::future_status::ready)
+        << "the op's callback waited for a host function";
+    EXPECT_TRUE(done.get().ok());
+    EXPECT_EQ(hostFunctions(*rt) - before, 0u);
+  }, config);
+}
+
+TEST(GpuSignals, AnOpNobodyWaitsForCompletesOnceTheLoopThreadStopsSpinning) {
+  auto rt = std::make_shared<HostRuntime>(1);
+  Config config = gpuConfig(rt);
+  config.spinTime = std::chrono::milliseconds(20);
+  test::spawn(1, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 1);
+    std::promise<Status> called;
+    auto done = called.get_future();
+    const uint64_t before = hostFunctions(*rt);
+    // Never waited on: only a host function reports its fence.
+    Handle h = allreduce(engine, "x", t, rank, nullptr,
+                         [&called](const Status& s) { called.set_value(s); });
+    ASSERT_EQ(done.wait_for(kLimit), std::future_status::ready)
+        << "an op nobody waited for never completed";
+    EXPECT_TRUE(done.get().ok());
+    EXPECT_GE(hostFunctions(*rt) - before, 1u);
+    EXPECT_TRUE(h.poll());
+  }, config);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "common/completion_watcher.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,20 @@ void CompletionWatcher::signal() {
   cv_.notify_all();
 }
 
+void CompletionWatcher::reach(uint64_t fence) {
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok() || stopping_ || fence <= signalled_) return;
+    const uint64_t last = std::min<uint64_t>(fence, base_ + fences_.size());
+    while (signalled_ < last) {
+      ++signalled_;
+      if (signalled_ > base_) at(signalled_).signalled = now;
+    }
+  }
+  cv_.notify_all();
+}
+
 void CompletionWatcher::fail(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -114,6 +129,11 @@ size_t CompletionWatcher::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.ok()) return 0;
   return static_cast<size_t>(base_ + fences_.size() - signalled_);
+}
+
+uint64_t CompletionWatcher::reached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return signalled_;
 }
 
 Status CompletionWatcher::failure() const {

@@ -92,6 +92,11 @@ class CompletionWatcher {
   void then(uint64_t fence, Callback callback);
   // The device reached the next fence. Any thread; only locks and notifies.
   void signal();
+  // The device reached fence (and so every earlier one): what a host
+  // function placed after several fences reports, or a waiter that saw the
+  // fence's done event reached. No-op for a fence already reached or
+  // settled. Any thread; only locks and notifies.
+  void reach(uint64_t fence);
   // Fails every open and future fence with status. Any thread.
   void fail(const Status& status);
   // Blocks until every fence opened so far was signalled or failed, and
@@ -104,6 +109,8 @@ class CompletionWatcher {
 
   // Fences opened and not yet signalled or failed.
   size_t pending() const;
+  // The last fence the device is known to have reached (signal, reach).
+  uint64_t reached() const;
   // How often the watcher thread woke from a wait so far (tests: then()
   // wakes it only when it has something to do).
   uint64_t wakeups() const;

@@ -73,6 +73,12 @@ struct Engine::Impl : CallerCycles {
   // --- the thread running the cycles only (…OnLoop) ---
   void loopOnLoop();
   void cyclesOnLoop();
+  // Every set's GPU fences opened before openedBefore get a host function
+  // that reports them (GpuOps::flushSignals). Loop thread, holding the gate.
+  void flushGpuSignalsOnLoop(std::chrono::steady_clock::time_point openedBefore) noexcept;
+  // Before the loop thread sleeps: every fence gets its host function, so
+  // none waits for a waiter that may never come. Loop thread.
+  void flushGpuSignalsBeforeSleep() noexcept;
   void finishOnLoop();
   // One iteration: drain the queue, one cycle of every set, autotune.
   // onCaller: run by a waiting caller, which hands the iteration back

@@ -85,8 +85,9 @@ void Engine::Impl::cyclesOnLoop() {
     const auto deadline = cycleStart + cycleTime * (1 << std::min(idleCycles, 4));
     const bool driven = gateBusy || gate->droveWithin(CycleGate::kCallersLately);
     if (!driven) {
-      queue.waitForWork(deadline, lastWork + spinTime);
+      queue.waitForWork(deadline, lastWork + spinTime, [this] { flushGpuSignalsBeforeSleep(); });
     } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
+      flushGpuSignalsBeforeSleep();
       // A held gate: its holder runs the cycles, so only the back-off
       // bounds this wait; otherwise an idle cycle may be due first.
       const int shift = std::min(quietWaits, 4);
@@ -118,12 +119,34 @@ void Engine::Impl::cyclesOnLoop() {
     cycleStart = std::chrono::steady_clock::now();
     bool busy = false;
     const Iteration done = iterateOnLoop(cycleStart, busy, false);
+    // The fences of this iteration's CUDA responses that a waiter may
+    // still report while this thread spins keep no host function yet.
+    if (done == Iteration::kDone) {
+      flushGpuSignalsOnLoop(std::chrono::steady_clock::now() - spinTime);
+    }
     tCycleGateHeld = nullptr;
     if (done == Iteration::kEnded) return;
     cycleTime = tunables.cycleTime;
     lastWork = lastWorkOnLoop;
     idleCycles = busy ? 0 : idleCycles + 1;
   }
+}
+
+void Engine::Impl::flushGpuSignalsOnLoop(
+    std::chrono::steady_clock::time_point openedBefore) noexcept {
+  for (const auto& [id, set] : sets) {
+    if (set->executor) set->executor->flushGpuSignals(openedBefore);
+  }
+}
+
+void Engine::Impl::flushGpuSignalsBeforeSleep() noexcept {
+  // Only CUDA responses open fences, and once one was queued no caller
+  // runs the cycles again (CycleGate::loopOnly). Before that, a caller may
+  // hold the gate and change the sets: then there is nothing to flush.
+  if (!gate->loopOnly.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
+  if (!lock.owns_lock() || gate->engine == nullptr) return;
+  flushGpuSignalsOnLoop(std::chrono::steady_clock::time_point::max());
 }
 
 void Engine::Impl::driveUntilDone(HandleState& s) {

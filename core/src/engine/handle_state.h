@@ -115,6 +115,7 @@ struct HandleState {
   int doneDevice = -1;
   uint64_t doneStream = 0;
   uint64_t doneSequence = 0;
+  uint64_t doneFence = 0;  // GpuFence::id, which the probe reports
   std::shared_ptr<comm::cuda::FenceProbe> probe;
   Status status;
   std::vector<int64_t> outputShape;
@@ -176,6 +177,7 @@ struct HandleState {
     doneDevice = fence.device;
     doneStream = fence.stream;
     doneSequence = fence.sequence;
+    doneFence = fence.id;
     probe = fence.probe;
     enqueued = true;
     stageFlag.store(true, std::memory_order_release);
@@ -197,7 +199,7 @@ struct HandleState {
     if (doneFlag.load(std::memory_order_acquire)) return true;
     // stageFlag (acquire) makes probe and doneEvent readable without mu.
     if (!stageFlag.load(std::memory_order_acquire) || !probe) return false;
-    if (!probe->succeeded(doneEvent.get())) return false;
+    if (!probe->succeeded(doneEvent.get(), doneFence)) return false;
     finish(Status::Ok());
     wake();  // other waiters of this handle, asleep
     return true;

@@ -74,11 +74,13 @@ bool TensorQueue::waitForWake(std::chrono::steady_clock::time_point deadline, bo
 }
 
 void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline,
-                              std::chrono::steady_clock::time_point spinUntil) {
+                              std::chrono::steady_clock::time_point spinUntil,
+                              const std::function<void()>& beforeSleep) {
   if (spinUntil > std::chrono::steady_clock::now()) {
     detail::spinUntil(std::min(spinUntil, deadline),
                       [&] { return ready_.load(std::memory_order_acquire); });
   }
+  if (beforeSleep && !ready_.load(std::memory_order_acquire)) beforeSleep();
   std::unique_lock<std::mutex> lock(mu_);
   sleeping_ = true;
   cv_.wait_until(lock, deadline, [&] { return !queue_.empty() || woken_; });

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -38,9 +39,11 @@ class TensorQueue {
 
   // Loop thread. Returns when work is queued, wake() was called or deadline
   // passed. Until spinUntil (when earlier than deadline) it polls without
-  // blocking (engine/spin.h); after that it sleeps.
+  // blocking (engine/spin.h); after that it calls beforeSleep (when set and
+  // nothing is queued yet) and sleeps.
   void waitForWork(std::chrono::steady_clock::time_point deadline,
-                   std::chrono::steady_clock::time_point spinUntil = {});
+                   std::chrono::steady_clock::time_point spinUntil = {},
+                   const std::function<void()>& beforeSleep = {});
 
   // Loop thread, while callers run the cycles: returns true when wake() or
   // a push with wakeLoop was called, false when deadline passed; a quiet

@@ -37,6 +37,11 @@ class Executor {
   void whenGpuDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done) {
     gpu_.whenDone(fence, std::move(done));
   }
+  // GpuOps::flushSignals (gpu_ops.h): the GPU work's fences opened before
+  // openedBefore get a host function that reports them.
+  void flushGpuSignals(std::chrono::steady_clock::time_point openedBefore) noexcept {
+    gpu_.flushSignals(openedBefore);
+  }
   // Stops the GPU work in flight; its ops fail with why.
   void abortGpu(const Status& why) { gpu_.abort(why); }
   // After execute(): the timeline rows of the response's traced ops and the

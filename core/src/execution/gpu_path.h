@@ -28,6 +28,7 @@
 // thread).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -55,6 +56,10 @@ class GpuPath {
   comm::cuda::GpuFence execute(const Response& r, const std::vector<PendingOp*>& ops, bool timed);
   // Calls done once fence's work finished or failed (GpuOps::whenDone).
   void whenDone(const comm::cuda::GpuFence& fence, comm::cuda::GpuOps::Done done);
+  // GpuOps::flushSignals, when the GPU path exists.
+  void flushSignals(std::chrono::steady_clock::time_point openedBefore) noexcept {
+    if (gpu_) gpu_->flushSignals(openedBefore);
+  }
   // GpuOps::abort, when the GPU path exists.
   void abort(const Status& why) {
     if (gpu_) gpu_->abort(why);

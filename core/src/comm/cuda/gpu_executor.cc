@@ -19,30 +19,39 @@ char* at(void* base, uint64_t elements, size_t elementBytes) {
 
 bool isCopy(const CopyTransform& t) { return t.kind == CopyTransform::Kind::kCopy; }
 
-// FenceProbe over the device runtime and the executor's collectives. It
-// holds the collectives weakly: a handle that outlives the engine must not
-// keep a communicator alive (its fence settled at shutdown anyway).
+// FenceProbe over the device runtime and the executor's collectives, for
+// one device. It holds the collectives weakly: a handle that outlives the
+// engine must not keep a communicator alive (its fence settled at shutdown
+// anyway). A fence seen done is reported to the device's watcher through
+// its relay (GpuExecutor's Relay, also held weakly).
+template <typename Relay>
 class DoneProbe final : public FenceProbe {
  public:
   DoneProbe(std::shared_ptr<device::Runtime> runtime,
-            const std::shared_ptr<comm::Collectives>& collectives)
-      : runtime_(std::move(runtime)), collectives_(collectives) {}
+            const std::shared_ptr<comm::Collectives>& collectives,
+            const std::shared_ptr<Relay>& relay)
+      : runtime_(std::move(runtime)), collectives_(collectives), relay_(relay) {}
 
-  bool succeeded(void* doneEvent) noexcept override {
+  bool succeeded(void* doneEvent, uint64_t fence) noexcept override {
     try {
       // Throws on a device fault: the event is then never reached.
       if (!runtime_->reached(static_cast<device::Event>(doneEvent))) return false;
       // Only after the event was seen reached (gpu_ops.h).
       const std::shared_ptr<comm::Collectives> c = collectives_.lock();
-      return c != nullptr && c->asyncError().ok();
+      if (c == nullptr || !c->asyncError().ok()) return false;
     } catch (const std::exception&) {
       return false;
     }
+    // The watcher runs the fence's callbacks without waiting for a host
+    // function (there may be none yet: flushSignals).
+    if (const std::shared_ptr<Relay> r = relay_.lock()) r->reach(fence);
+    return true;
   }
 
  private:
   const std::shared_ptr<device::Runtime> runtime_;
   const std::weak_ptr<comm::Collectives> collectives_;
+  const std::weak_ptr<Relay> relay_;
 };
 
 }  // namespace
@@ -63,10 +72,12 @@ GpuExecutor::GpuExecutor(std::shared_ptr<DeviceSet> devices,
   devices_->onStop([weak = std::weak_ptr<comm::Collectives>(collectives_)](const Status& why) {
     if (auto c = weak.lock()) c->abortWith(why);
   });
-  probe_ = std::make_shared<DoneProbe>(devices_->runtimePtr(), collectives_);
 }
 
 GpuExecutor::~GpuExecutor() {
+  // Every fence gets its host function (a fence no waiter reported would
+  // otherwise settle only at the timeout).
+  flushSignals(std::chrono::steady_clock::time_point::max());
   // Let every fence settle (the watcher bounds this by the timeout and, on a
   // failure, aborts the communicator and drains the streams), then detach
   // the relays: a host function that still runs finds nothing to signal.
@@ -115,6 +126,7 @@ GpuExecutor::Watched& GpuExecutor::watcher(int device) {
   w.watcher = std::make_unique<CompletionWatcher>(options);
   w.relay = std::make_shared<Relay>();
   w.relay->watcher = w.watcher.get();
+  w.probe = std::make_shared<DoneProbe<Relay>>(devices_->runtimePtr(), collectives_, w.relay);
   devices_->at(device).keepAlive(w.relay);
   return watchers_.emplace(device, std::move(w)).first->second;
 }
@@ -122,7 +134,38 @@ GpuExecutor::Watched& GpuExecutor::watcher(int device) {
 void GpuExecutor::signalRelay(void* arg) {
   auto* relay = static_cast<Relay*>(arg);
   std::lock_guard<std::mutex> lock(relay->mu);
-  if (relay->watcher != nullptr) relay->watcher->signal();
+  if (relay->covers.empty()) return;
+  const uint64_t fence = relay->covers.front();
+  relay->covers.pop_front();
+  if (relay->watcher != nullptr) relay->watcher->reach(fence);
+}
+
+void GpuExecutor::cover(int device, Watched& w) noexcept {
+  if (w.covered >= w.opened) return;
+  if (w.watcher->reached() >= w.opened) {
+    w.covered = w.opened;  // waiters reported them all: nothing to place
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.relay->mu);
+    w.relay->covers.push_back(w.opened);  // before the launch: it may run at once
+  }
+  try {
+    devices_->at(device).launchHostFunc(&GpuExecutor::signalRelay, w.relay.get());
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(w.relay->mu);
+      w.relay->covers.pop_back();  // this thread's, pushed last
+    }
+    w.watcher->fail(statusFromException(e));
+  }
+  w.covered = w.opened;
+}
+
+void GpuExecutor::flushSignals(std::chrono::steady_clock::time_point openedBefore) noexcept {
+  for (auto& [device, w] : watchers_) {
+    if (w.covered < w.opened && w.uncoveredSince < openedBefore) cover(device, w);
+  }
 }
 
 void GpuExecutor::beginResponse(int device, bool timed) {
@@ -146,15 +189,15 @@ GpuFence GpuExecutor::endResponse(int device) {
   fence.doneEvent = ctx.record();
   fence.stream = ctx.id();
   fence.sequence = ctx.recorded();
-  fence.probe = probe_;
+  fence.probe = w.probe;
+  const bool timed = timing_ != nullptr;
   fence.timing = std::move(timing_);
   fence.id = w.watcher->open();
-  try {
-    ctx.launchHostFunc(&GpuExecutor::signalRelay, w.relay.get());
-  } catch (const std::exception& e) {
-    w.watcher->fail(statusFromException(e));
-    throw;
-  }
+  if (w.covered == w.opened) w.uncoveredSince = std::chrono::steady_clock::now();
+  w.opened = fence.id;
+  // A timed response's host function anchors its phase times (whenDone):
+  // right after it, not after later responses.
+  if (timed) cover(device, w);
   return fence;
 }
 

@@ -11,8 +11,10 @@
 // with the producer's event (the LibTorch adapter records one on the
 // caller's current stream in the gradient hook). A response ends with
 // endResponse(): a done event for consumers' streams (cudaStreamWaitEvent)
-// and a host function on the stream that signals the device's
-// CompletionWatcher, whose thread then runs whenDone's callback. The host
+// and a fence of the device's CompletionWatcher, whose thread runs
+// whenDone's callback once it learns the device got there: from a waiter
+// that saw the done event (FenceProbe), or from a host function that
+// flushSignals places on the stream after the fences (gpu_ops.h). The host
 // never waits for the device on this path (staging over gloo/mpi does, for
 // its host copies); NCCL's asynchronous error, the device's sticky fault
 // and KOLO_TIMEOUT bound every wait in the watcher, which on any of them
@@ -23,8 +25,8 @@
 // Every runtime call goes through the DeviceSet's device::Runtime: CUDA
 // for users, the host runtime in tests.
 //
-// Lifetime: a host function points at a relay, never at the watcher
-// itself. The device's DeviceContext keeps the relay until its stream is
+// Lifetime: a host function (and a fence's probe) points at a relay, never
+// at the watcher itself. The device's DeviceContext keeps the relay until its stream is
 // destroyed (after the last host function ran); the destructor detaches
 // the relays, so a host function that runs late (a drain that ran out of
 // time) finds nothing to signal.
@@ -35,6 +37,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -94,6 +97,7 @@ class GpuExecutor final : public GpuOps {
   void beginResponse(int device, bool timed) override;
   void markReady(int device) override { mark(device, GpuPhases::kReady); }
   GpuFence endResponse(int device) override;
+  void flushSignals(std::chrono::steady_clock::time_point openedBefore) noexcept override;
   void whenDone(const GpuFence& fence, Done done) override;
   void abort(const Status& why) override;
   // Blocks until device's comm stream is idle (tests).
@@ -108,17 +112,37 @@ class GpuExecutor final : public GpuOps {
   Finish finishFor(DataType dtype, ReduceOp op, double postscale) const;
   // Records phase's timing event when the current response is timed.
   void mark(int device, GpuPhases::Phase phase);
-  // What a host function signals: the watcher while it lives.
+  // What a host function or a waiter reports to: the watcher while it
+  // lives.
   struct Relay {
     std::mutex mu;
     CompletionWatcher* watcher = nullptr;  // guarded by mu; nullptr once detached
+    // guarded by mu: the fence each host function queued on the stream
+    // reports, in stream order (the order they run in).
+    std::deque<uint64_t> covers;
+    // The device got to fence: tell the watcher, if it is still there.
+    void reach(uint64_t fence) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (watcher != nullptr) watcher->reach(fence);
+    }
   };
   struct Watched {
     std::unique_ptr<CompletionWatcher> watcher;
     std::shared_ptr<Relay> relay;
+    std::shared_ptr<FenceProbe> probe;  // the device's fences' (gpu_ops.h)
+    uint64_t opened = 0;   // the last fence opened
+    // The last fence a host function follows, or that waiters had
+    // reported when one would have been placed.
+    uint64_t covered = 0;
+    // When the oldest fence not followed by a host function was opened.
+    std::chrono::steady_clock::time_point uncoveredSince{};
   };
   Watched& watcher(int device);
-  // The host function that signals a watcher (arg: the Relay).
+  // Places a host function after w's fences so far (noexcept: a failure
+  // fails the watcher's fences).
+  void cover(int device, Watched& w) noexcept;
+  // The host function that reports the oldest fence in a relay's covers
+  // (arg: the Relay).
   static void signalRelay(void* relay);
 
   std::shared_ptr<DeviceSet> devices_;
@@ -132,8 +156,6 @@ class GpuExecutor final : public GpuOps {
     std::shared_ptr<void> events[GpuPhases::kCount];
   };
   std::shared_ptr<Timing> timing_;
-  // What every fence hands a waiter to poll its done event (gpu_ops.h).
-  std::shared_ptr<FenceProbe> probe_;
   // One per device used; after collectives_ so they stop first.
   std::map<int, Watched> watchers_;
 };

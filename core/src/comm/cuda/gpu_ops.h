@@ -13,6 +13,7 @@
 // Threading: loop thread only, every rank in the same response order.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,8 +51,10 @@ class FenceProbe {
   // False too once the executor is gone (its watcher settled every fence
   // then). Never throws, never waits for the device; it may briefly take
   // the collectives' lock. The calling thread queries a device event (for
-  // CUDA, cudaEventQuery): its current device should be the work's.
-  virtual bool succeeded(void* doneEvent) noexcept = 0;
+  // CUDA, cudaEventQuery): its current device should be the work's. fence:
+  // the GpuFence's id; once it is seen done, the completion thread learns
+  // of it from here (GpuOps::flushSignals).
+  virtual bool succeeded(void* doneEvent, uint64_t fence) noexcept = 0;
 };
 
 // A response's GPU work once it is enqueued on the comm stream.
@@ -129,6 +132,21 @@ class GpuOps {
   // The inputs' ready events are waited for (after waitReady calls).
   virtual void markReady(int device) = 0;
   virtual GpuFence endResponse(int device) = 0;
+  // How the completion thread learns that the device got to a fence: a
+  // waiter that polls the fence's done event reports it (FenceProbe), and
+  // a host function placed on the comm stream after fences reports them
+  // all. endResponse places none (a host function holds the comm stream,
+  // and so the next response's work, until the driver's callback thread
+  // ran it); flushSignals places one after every fence opened before
+  // openedBefore and not yet followed by one, unless waiters reported them
+  // all already. The engine calls it at the
+  // end of each loop iteration for the fences older than its spin time, and
+  // for all of them before its thread sleeps: while a caller's small ops
+  // follow one another, their waiters report them and no host function
+  // runs. A timed response (beginResponse) gets its host function at once
+  // (it anchors the phase times). Never throws: a failure to place it fails
+  // the fences (whenDone).
+  virtual void flushSignals(std::chrono::steady_clock::time_point openedBefore) noexcept = 0;
   // Runs done once fence's work has finished (ok) or failed (an error from
   // NCCL's asynchronous error check, a CUDA error, or Timeout after
   // KOLO_TIMEOUT), on the device's completion thread; never on the caller's

@@ -81,6 +81,7 @@ HostRuntime::HostRuntime(int devices)
       id_(++gRuntimes),
       pinCount_(devices, 0) {
   KOLO_CHECK_ARG(devices >= 1, "host runtime: needs at least one device");
+  callbacks_.resize(static_cast<size_t>(devices));
 }
 
 HostRuntime::~HostRuntime() {
@@ -93,6 +94,18 @@ HostRuntime::~HostRuntime() {
   changed_.notify_all();
   for (auto& s : streams) s->work.notify_all();
   for (auto& s : streams) s->thread.join();
+  // After the streams: their last host functions run here.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : callbacks_) {
+      if (c) c->stop = true;
+    }
+  }
+  for (auto& c : callbacks_) {
+    if (!c) continue;
+    c->work.notify_all();
+    c->thread.join();
+  }
   for (auto& [start, block] : allocations_) std::free(reinterpret_cast<void*>(start));
 }
 
@@ -454,10 +467,51 @@ void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
     std::lock_guard<std::mutex> lock(mu_);
     before = beforeHostFunc_;
   }
-  enqueue(stream, Stage::kHostFunc, [fn, arg, before] {
-    if (before) (*before)();
-    fn(arg);
+  const int device = streamOf(stream).device;
+  enqueue(stream, Stage::kHostFunc, [this, device, fn, arg, before] {
+    // As CUDA: fn runs on the device's callback thread, and this stream
+    // holds until it returned.
+    struct Call {
+      bool done = false;
+      std::condition_variable returned;
+    };
+    auto call = std::make_shared<Call>();
+    std::unique_lock<std::mutex> lock(mu_);
+    callBackLocked(device, [this, call, fn, arg, before] {
+      if (before) (*before)();
+      fn(arg);
+      std::lock_guard<std::mutex> lock(mu_);
+      call->done = true;
+      call->returned.notify_all();
+    });
+    call->returned.wait(lock, [&] { return call->done; });
   });
+}
+
+void HostRuntime::callBackLocked(int device, std::function<void()> call) {
+  std::unique_ptr<Callbacks>& c = callbacks_[static_cast<size_t>(device)];
+  if (!c) {
+    c = std::make_unique<Callbacks>();
+    c->thread = std::thread([this, raw = c.get()] {
+      nameThisThread("host-callback");
+      runCallbacks(raw);
+    });
+  }
+  c->queue.push_back(std::move(call));
+  c->work.notify_one();
+}
+
+void HostRuntime::runCallbacks(Callbacks* c) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    c->work.wait(lock, [&] { return c->stop || !c->queue.empty(); });
+    if (c->queue.empty()) return;  // stopping, nothing left
+    std::function<void()> call = std::move(c->queue.front());
+    c->queue.pop_front();
+    lock.unlock();
+    call();
+    lock.lock();
+  }
 }
 
 void HostRuntime::beforeHostFunctions(std::function<void()> before) {

@@ -20,6 +20,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -203,6 +204,19 @@ class HostRuntime final : public Runtime {
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::map<uint64_t, std::weak_ptr<Clique>> cliques_;
   std::shared_ptr<const std::function<void()>> beforeHostFunc_;  // beforeHostFunctions
+  // Host functions run on a callback thread per device (made on the
+  // device's first hostFunc), as CUDA runs them on a driver thread, and
+  // the stream holds until the function returned.
+  struct Callbacks {
+    std::deque<std::function<void()>> queue;
+    std::condition_variable work;
+    bool stop = false;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Callbacks>> callbacks_;  // per device
+  // Hands call to device's callback thread; mu_ held.
+  void callBackLocked(int device, std::function<void()> call);
+  void runCallbacks(Callbacks* c);
   std::shared_ptr<const std::function<void(int)>> beforeWait_;   // beforeWaits
   void callBeforeWait(int device);
   uint64_t nextClique_ = 0;
