@@ -3,6 +3,7 @@
 // Every wait is bounded by an event; nothing relies on a tight sleep.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -61,6 +62,45 @@ TEST(HostRuntime, StreamRunsItsWorkInOrderOnItsOwnThread) {
   EXPECT_EQ(rt.deviceOf(a + 2), 0);
   EXPECT_EQ(rt.deviceOf(values), -1);
   rt.freeDevice(a);
+  rt.destroyStream(s);
+}
+
+// As CUDA: a host function runs on a callback thread (not the stream's),
+// and the stream's later work waits until it returned. The GPU path's
+// cost model relies on it (GpuOps::flushSignals).
+TEST(HostRuntime, AHostFunctionRunsOnACallbackThreadAndHoldsItsStream) {
+  HostRuntime rt(1);
+  Stream s = rt.createStream(0);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<std::thread::id> streamThread, callbackThread;
+  std::promise<void> entered;
+  rt.launch(s, Stage::kCopy, [&] { streamThread.set_value(std::this_thread::get_id()); });
+  struct Held {
+    std::promise<std::thread::id>* id;
+    std::promise<void>* entered;
+    std::shared_future<void> released;
+  } held{&callbackThread, &entered, released};
+  rt.hostFunc(s, [](void* arg) {
+    auto* h = static_cast<Held*>(arg);
+    h->id->set_value(std::this_thread::get_id());
+    h->entered->set_value();
+    (void)h->released.wait_for(30s);  // bounded: a stuck test fails, never hangs
+  }, &held);
+  std::atomic<bool> after{false};
+  rt.launch(s, Stage::kCopy, [&] { after.store(true); });
+  ASSERT_EQ(entered.get_future().wait_for(30s), std::future_status::ready);
+  const std::thread::id onStream = streamThread.get_future().get();
+  const std::thread::id onCallback = callbackThread.get_future().get();
+  EXPECT_NE(onCallback, onStream);
+  EXPECT_NE(onCallback, std::this_thread::get_id());
+  // Held in the host function: the work behind it has not run, and the
+  // stream is not idle.
+  EXPECT_FALSE(rt.settleFor(s, 50ms));
+  EXPECT_FALSE(after.load());
+  release.set_value();
+  rt.synchronize(s);
+  EXPECT_TRUE(after.load());
   rt.destroyStream(s);
 }
 
