@@ -276,6 +276,33 @@ TEST(CompletionWatcher, FencesOneAfterAnotherCostOneWakeUpEach) {
   w.drain();
 }
 
+// reach(): how far the device got, from a host function placed after
+// several fences or from a waiter that saw a done event. A report that
+// asked the health check's questions itself (checked) spares the watcher
+// its check; an unchecked one does not.
+TEST(CompletionWatcher, ReachSettlesEveryFenceUpToItAndACheckedOneSkipsTheCheck) {
+  auto options = quietOptions();
+  options.checkInterval = std::chrono::minutes(10);  // checks only at settling
+  std::atomic<int> checks{0};
+  options.check = [&checks] {
+    ++checks;
+    return Status::Ok();
+  };
+  CompletionWatcher w(options);
+  Record rec;
+  for (int i = 0; i < 3; ++i) w.then(w.open(), rec.callback(i));
+  w.reach(2, /*checked=*/true);  // the first two, checked by the reporter
+  ASSERT_TRUE(eventually([&] { return rec.size() == 2; }));
+  EXPECT_EQ(checks.load(), 0) << "a checked report was checked again";
+  EXPECT_EQ(w.reached(), 2u);
+  w.reach(1);  // behind what is known: changes nothing
+  w.reach(3);  // a host function's: unchecked
+  ASSERT_TRUE(eventually([&] { return rec.size() == 3; }));
+  EXPECT_EQ(checks.load(), 1);
+  for (const auto& [tag, status] : rec.calls) EXPECT_TRUE(status.ok()) << tag;
+  w.drain();
+}
+
 // then() right after open() (every response) wakes the watcher only when
 // it has something to do: to start its health checks when nothing was
 // open, or to run a callback whose fence was reached already.

@@ -94,9 +94,12 @@ class CompletionWatcher {
   void signal();
   // The device reached fence (and so every earlier one): what a host
   // function placed after several fences reports, or a waiter that saw the
-  // fence's done event reached. No-op for a fence already reached or
-  // settled. Any thread; only locks and notifies.
-  void reach(uint64_t fence);
+  // fence's done event reached. checked: the reporter asked the health
+  // check's questions after the device got there and all was well (a
+  // FenceProbe does), so fences up to it settle without another check. A
+  // fence already reached counts as checked too when checked is set. Any
+  // thread; only locks and notifies.
+  void reach(uint64_t fence, bool checked = false);
   // Fails every open and future fence with status. Any thread.
   void fail(const Status& status);
   // Blocks until every fence opened so far was signalled or failed, and
@@ -134,6 +137,7 @@ class CompletionWatcher {
   std::deque<Fence> fences_;  // guarded by mu_: fences base_+1 .. base_+size, oldest first
   uint64_t base_ = 0;         // guarded by mu_: fences up to here are settled and gone
   uint64_t signalled_ = 0;    // guarded by mu_: fences up to here reached the device
+  uint64_t checked_ = 0;      // guarded by mu_: fences up to here need no health check
   bool running_ = false;      // guarded by mu_: the watcher runs callbacks right now
   Status failure_;            // guarded by mu_: set once
   bool stopping_ = false;     // guarded by mu_

@@ -43,8 +43,10 @@ class DoneProbe final : public FenceProbe {
       return false;
     }
     // The watcher runs the fence's callbacks without waiting for a host
-    // function (there may be none yet: flushSignals).
-    if (const std::shared_ptr<Relay> r = relay_.lock()) r->reach(fence);
+    // function (there may be none yet: flushSignals), and without its
+    // health check: the questions above are that check's (the device's
+    // sticky fault makes reached() throw).
+    if (const std::shared_ptr<Relay> r = relay_.lock()) r->reach(fence, /*checked=*/true);
     return true;
   }
 

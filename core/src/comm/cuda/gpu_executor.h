@@ -121,9 +121,10 @@ class GpuExecutor final : public GpuOps {
     // reports, in stream order (the order they run in).
     std::deque<uint64_t> covers;
     // The device got to fence: tell the watcher, if it is still there.
-    void reach(uint64_t fence) {
+    // checked: CompletionWatcher::reach's.
+    void reach(uint64_t fence, bool checked) {
       std::lock_guard<std::mutex> lock(mu);
-      if (watcher != nullptr) watcher->reach(fence);
+      if (watcher != nullptr) watcher->reach(fence, checked);
     }
   };
   struct Watched {
