@@ -24,6 +24,7 @@ std::atomic<uint64_t> gRuntimes{0};  // HostRuntime::id_
 struct ThreadState {
   std::map<uint64_t, int> pinned;
   std::map<uint64_t, uint8_t> modes;  // CaptureMode; absent: kGlobal
+  std::map<uint64_t, uint64_t> calls;  // callsOnThisThread
 };
 thread_local ThreadState tThread;
 
@@ -186,6 +187,12 @@ void HostRuntime::unsafeCallLocked(const char* what, bool mayThrow) {
 void HostRuntime::countCall(Method method) const {
   auto& counts = currentDevice() >= 0 ? pinnedCalls_ : unpinnedCalls_;
   counts[static_cast<size_t>(method)].fetch_add(1, std::memory_order_relaxed);
+  ++tThread.calls[id_];
+}
+
+uint64_t HostRuntime::callsOnThisThread() const {
+  auto it = tThread.calls.find(id_);
+  return it == tThread.calls.end() ? 0 : it->second;
 }
 
 HostRuntime::Calls HostRuntime::calls() const {

@@ -151,6 +151,9 @@ class HostRuntime final : public Runtime {
     std::array<uint64_t, kMethods> unpinnedBy{};
   };
   Calls calls() const;
+  // The calls the calling thread made so far (tests: one rank's training
+  // side among several ranks' threads).
+  uint64_t callsOnThisThread() const;
 
   // The clique of `size` members named id (device/host/collectives.h), made
   // by the first member to ask; newCliqueId() names a new one (the
