@@ -151,25 +151,6 @@ TEST(GpuSignals, SmallOpsOneAfterAnotherPlaceNoHostFunctionWhileTheirWaitersRepo
   EXPECT_LE(placed, 5u);
 }
 
-TEST(GpuSignals, AWaitersReportRunsTheOpsCallbackWithoutAHostFunction) {
-  auto rt = std::make_shared<HostRuntime>(1);
-  Config config = gpuConfig(rt);
-  config.spinTime = std::chrono::seconds(10);  // no host function for 10 s
-  test::spawn(1, [&](int rank, Engine& engine) {
-    DeviceFloats t(*rt, rank, 1);
-    std::promise<Status> called;
-    auto done = called.get_future();
-    const uint64_t before = hostFunctions(*rt);
-    Handle h = allreduce(engine, "x", t, rank, nullptr,
-                         [&called](const Status& s) { called.set_value(s); });
-    ASSERT_TRUE(settle(h).ok());
-    ASSERT_EQ(done.wait_for(5s), std::future_status::ready)
-        << "the op's callback waited for a host function";
-    EXPECT_TRUE(done.get().ok());
-    EXPECT_EQ(hostFunctions(*rt) - before, 0u);
-  }, config);
-}
-
 TEST(GpuSignals, AnOpNobodyWaitsForCompletesOnceTheLoopThreadStopsSpinning) {
   auto rt = std::make_shared<HostRuntime>(1);
   Config config = gpuConfig(rt);
