@@ -27,20 +27,21 @@
 //     host functions, as CUDA runs them on a driver thread while the
 //     stream waits). A hand-off that spins costs CPU time instead.
 // KOLO_* variables apply (KOLO_SPIN_TIME, KOLO_CYCLE_TIME, ...).
-#include <fmt/core.h>
-#include <sys/types.h>
+#include <dirent.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <dirent.h>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
