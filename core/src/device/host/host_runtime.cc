@@ -207,12 +207,13 @@ HostRuntime::Calls HostRuntime::calls() const {
 }
 
 const char* HostRuntime::methodName(Method method) {
+  // In Method's order.
   static constexpr const char* kNames[kMethods] = {
-      "pinThread",   "deviceOf",      "deviceCount", "allocDevice", "freeDevice",
-      "allocPinned", "freePinned",    "createStream", "destroyStream", "createEvent",
-      "destroyEvent", "record",       "wait",         "reached",     "captured",
-      "elapsedMs",   "hostFunc",      "copy",         "pack",        "synchronize",
-      "settleFor",   "streamError"};
+      "pinThread",    "deviceOf",    "deviceCount", "allocDevice",   "freeDevice",
+      "allocPinned",  "freePinned",  "createStream", "destroyStream", "createEvent",
+      "destroyEvent", "record",      "wait",        "reached",       "captured",
+      "elapsedMs",    "hostFunc",    "copy",        "pack",          "synchronize",
+      "settleFor",    "streamError"};
   const auto m = static_cast<size_t>(method);
   return m < kMethods ? kNames[m] : "?";
 }
