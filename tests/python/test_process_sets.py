@@ -204,6 +204,10 @@ def test_sparse_and_adasum_with_process_set(sets):
 def test_static_sets_through_init():
     even_ranks, odd_ranks = even_odd()
     even, odd = hvd.ProcessSet(even_ranks), hvd.ProcessSet(odd_ranks)
+    # A rank's shutdown fails what the others still have pending, and ops
+    # in disjoint sets end at different times: every rank is done with its
+    # earlier ones (some in a set of its own) before any rank shuts down.
+    hvd.barrier()
     hvd.shutdown()
     try:
         hvd.init(process_sets=[even, odd] if odd_ranks else [even])
@@ -213,6 +217,7 @@ def test_static_sets_through_init():
         assert got.item() == len(mine.ranks)
         assert hvd.global_process_set.ranks == list(range(hvd.size()))
         assert even.size() == len(even_ranks) and even.included() == (hvd.rank() % 2 == 0)
+        hvd.barrier()  # as above, before the shutdown below
     finally:
         hvd.shutdown()
         hvd.init(process_sets="dynamic")
