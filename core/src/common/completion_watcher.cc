@@ -63,12 +63,7 @@ void CompletionWatcher::signal() {
   const auto now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // After a failure the device's work counts as failed, whatever ends.
-    if (failure_.ok() && !stopping_ && signalled_ >= base_ &&
-        signalled_ < base_ + fences_.size()) {
-      ++signalled_;
-      at(signalled_).signalled = now;
-    }
+    reachLocked(signalled_ + 1, false, now);
   }
   cv_.notify_all();
 }
@@ -77,16 +72,22 @@ void CompletionWatcher::reach(uint64_t fence, bool checked) {
   const auto now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok() || stopping_) return;
-    const uint64_t last = std::min<uint64_t>(fence, base_ + fences_.size());
-    if (checked) checked_ = std::max(checked_, last);
-    if (last <= signalled_) return;
-    while (signalled_ < last) {
-      ++signalled_;
-      if (signalled_ > base_) at(signalled_).signalled = now;
-    }
+    if (!reachLocked(fence, checked, now)) return;
   }
   cv_.notify_all();
+}
+
+bool CompletionWatcher::reachLocked(uint64_t fence, bool checked, Clock::time_point now) {
+  // After a failure the device's work counts as failed, whatever ends.
+  if (!failure_.ok() || stopping_) return false;
+  const uint64_t last = std::min<uint64_t>(fence, base_ + fences_.size());
+  if (checked) checked_ = std::max(checked_, last);
+  if (last <= signalled_) return false;
+  while (signalled_ < last) {
+    ++signalled_;
+    if (signalled_ > base_) at(signalled_).signalled = now;
+  }
+  return true;
 }
 
 void CompletionWatcher::fail(const Status& status) {

@@ -127,6 +127,8 @@ class CompletionWatcher {
     Callback callback;
   };
   void runWatcher();
+  // signal() and reach() under mu_: whether the device got further.
+  bool reachLocked(uint64_t fence, bool checked, Clock::time_point now);
   // The fence numbered n (base_ < n <= base_ + fences_.size()).
   Fence& at(uint64_t n) { return fences_[static_cast<size_t>(n - base_ - 1)]; }
 

@@ -135,11 +135,14 @@ GpuExecutor::Watched& GpuExecutor::watcher(int device) {
 
 void GpuExecutor::signalRelay(void* arg) {
   auto* relay = static_cast<Relay*>(arg);
-  std::lock_guard<std::mutex> lock(relay->mu);
-  if (relay->covers.empty()) return;
-  const uint64_t fence = relay->covers.front();
-  relay->covers.pop_front();
-  if (relay->watcher != nullptr) relay->watcher->reach(fence);
+  uint64_t fence;
+  {
+    std::lock_guard<std::mutex> lock(relay->mu);
+    if (relay->covers.empty()) return;
+    fence = relay->covers.front();
+    relay->covers.pop_front();
+  }
+  relay->reach(fence, /*checked=*/false);
 }
 
 void GpuExecutor::cover(int device, Watched& w) noexcept {
