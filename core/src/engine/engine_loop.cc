@@ -111,6 +111,12 @@ bool Engine::Impl::cycleOnLoop(ProcessSetState& set, std::chrono::steady_clock::
   admitOnLoop(set, in);
   if (global) {
     in.shutdown = shutdownRequested.load();
+    // A device failure recorded before the shutdown was asked for (its
+    // caller saw the op fail, then shut down) is this rank's failure, not a
+    // clean shutdown: the loop fails on it (the peers learn the cause)
+    // instead of telling them this rank shut down. Read after the request:
+    // the failure is recorded before the caller can see it.
+    if (in.shutdown && gpuEvents->any.load(std::memory_order_acquire)) gpuEventsOnLoop();
     in.abort = abortRequested.load();
     if (in.abort) {
       std::lock_guard<std::mutex> lock(mu);
@@ -344,6 +350,30 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
       fence, [done, events = gpuEvents, log = log, tl = timeline.get(), rows = std::move(rows),
               collective, store = store, rank = identity.rank, devices = gpuDevices](
                  const Status& status, const comm::cuda::GpuPhases& phases) {
+        // A failure is the engine's before it is the caller's: a caller
+        // that sees its op fail and shuts down at once must find the
+        // failure recorded (the loop fails on it rather than telling the
+        // peers of a clean shutdown) and the cause left for the peers.
+        const bool traced = status.ok() && phases.timed && !rows.empty();
+        if (!status.ok() || traced) {
+          bool first = false;
+          {
+            std::lock_guard<std::mutex> lock(events->mu);
+            if (!status.ok()) {
+              first = events->failure.ok();
+              if (first) events->failure = status;
+            } else {
+              events->traced.push_back(GpuEvents::Phases{tl, rows, collective, phases});
+            }
+          }
+          if (first && status.code != ErrorCode::kShutdown) {
+            // The peers may see this rank's connections close before its
+            // loop gets to the failure: leave them the cause (a device
+            // fault) now.
+            publishAbort(*store, rank, status.message);
+          }
+          events->any.store(true, std::memory_order_release);
+        }
         if (!status.ok() && devices && devices->wedged()) {
           // The device did not stop after the failure and may still write
           // into the tensors: keep them (the entries' callbacks own them)
@@ -363,24 +393,7 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
         done->onDone.clear();  // drops the tensors now, not with the last handle
         for (const auto& h : done->handles) h->finish(status);
         for (const auto& h : done->handles) h->wake();
-        if (status.ok() && !(phases.timed && !rows.empty())) return;
-        bool first = false;
-        {
-          std::lock_guard<std::mutex> lock(events->mu);
-          if (!status.ok()) {
-            first = events->failure.ok();
-            if (first) events->failure = status;
-          } else {
-            events->traced.push_back(GpuEvents::Phases{tl, rows, collective, phases});
-          }
-        }
-        if (first && status.code != ErrorCode::kShutdown) {
-          // The peers may see this rank's connections close before its loop
-          // gets to the failure: leave them the cause (a device fault) now.
-          publishAbort(*store, rank, status.message);
-        }
-        events->any.store(true, std::memory_order_release);
-        events->queue->wake();
+        if (!status.ok() || traced) events->queue->wake();
       });
 }
 
