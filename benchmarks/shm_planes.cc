@@ -16,6 +16,11 @@
 // one pass of a += b over the buffer (1.0: as fast). busbw as in the sweep
 // (allreduce: bytes / time * 2(n-1)/n; reducescatter, allgather: bytes /
 // time * (n-1)/n; broadcast: bytes / time).
+//
+// allreduce and average also time the op on buffers from
+// kolo::allocateShareable (as the reducer's gradient buckets), which the
+// plane reduces in place from kDirectBytes on ("direct us"; op/direct: the
+// time of the op on ordinary buffers over it).
 #include <fmt/core.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +31,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -34,6 +40,7 @@
 #include "comm/shm/group.h"
 #include "common.h"
 #include "execution/reduce.h"
+#include "kolo/shareable.h"
 #include "kolo/store.h"
 
 namespace {
@@ -60,7 +67,8 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
   id.size = opt.ranks;
   auto store = kolo::makeFileStore(dir);
   auto c = std::make_unique<kolo::comm::shm::Collectives>(kolo::comm::shm::Group::connect(
-      kolo::comm::BackendArgs{config, id, store, ""}, opt.slotKib << 10, "data"));
+      kolo::comm::BackendArgs{config, id, store, ""}, opt.slotKib << 10, "data", {},
+      /*shareArena=*/true));
   const int n = opt.ranks;
   std::vector<float> buf(opt.maxBytes / 4 + 16, 1.0f), other(opt.maxBytes / 4 + 16, 0.0f);
   std::vector<size_t> sizes;
@@ -71,13 +79,21 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
     c->allreduce(&x, 1, kolo::DataType::kFloat32, kolo::ReduceOp::kMax);
     return static_cast<double>(x);
   };
-  auto runOp = [&](size_t bytes) {
+  const bool timesDirect = opt.op == "allreduce" || opt.op == "average";
+  std::shared_ptr<void> shareable = timesDirect ? kolo::allocateShareable(opt.maxBytes) : nullptr;
+  if (timesDirect && shareable == nullptr) {
+    fmt::print(stderr, "rank {}: no shareable memory (the plane made no arena)\n", rank);
+    return 1;
+  }
+  float* const direct = static_cast<float*>(shareable.get());
+  // The op on ordinary buffers, or on the shareable one (direct).
+  auto runOp = [&](size_t bytes, bool onShareable = false) {
     const size_t count = bytes / 4;
+    float* const data = onShareable ? direct : buf.data();
     if (opt.op == "allreduce") {
-      c->allreduce(buf.data(), count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
+      c->allreduce(data, count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
     } else if (opt.op == "average") {
-      c->allreduceScaled(buf.data(), count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum,
-                         1.0 / n);
+      c->allreduceScaled(data, count, kolo::DataType::kFloat32, kolo::ReduceOp::kSum, 1.0 / n);
     } else if (opt.op == "reducescatter") {
       std::vector<size_t> counts(n, count / n);
       counts[0] += count % n;
@@ -97,8 +113,10 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
   if (rank == 0) {
     fmt::print("shm {} float32, {} ranks (processes), slots of {} KiB, median of {} trials\n",
                opt.op, n, opt.slotKib, opt.trials);
-    fmt::print("{:<9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n", "size", "memcpy GB/s",
+    fmt::print("{:<9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}", "size", "memcpy GB/s",
                "a+=b GB/s", "busbw GB/s", "us per call", "busbw/mcpy", "a+=b/busbw");
+    if (timesDirect) fmt::print(" {:>12} {:>10}", "direct us", "op/direct");
+    fmt::print("\n");
   }
   // Seconds per call of fn, every rank at once: calibrated to about
   // opt.seconds, with the same number of calls on every rank.
@@ -116,7 +134,7 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
     return secondsSince(start) / calls;
   };
   for (size_t bytes : sizes) {
-    std::vector<double> copyTimes, addTimes, opTimes;
+    std::vector<double> copyTimes, addTimes, opTimes, directTimes;
     for (int t = 0; t < opt.trials; ++t) {
       runOp(bytes);
       copyTimes.push_back(timeIt([&] { std::memcpy(other.data(), buf.data(), bytes); }));
@@ -126,6 +144,10 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
                              kolo::DataType::kFloat32, kolo::ReduceOp::kSum);
       }));
       opTimes.push_back(timeIt([&] { runOp(bytes); }));
+      if (timesDirect) {
+        std::fill(direct, direct + bytes / 4, 1.0f);
+        directTimes.push_back(timeIt([&] { runOp(bytes, true); }));
+      }
       std::fill(buf.begin(), buf.end(), 1.0f);  // sums must not overflow to inf
       std::fill(other.begin(), other.end(), 0.0f);
     }
@@ -133,9 +155,14 @@ int runRank(const Options& opt, int rank, const std::string& dir) {
     const double copyGbps = bytes / copy / 1e9, busbw = bytes / op * factor / 1e9;
     const double addGbps = bytes / kolo::bench::median(addTimes) / 1e9;
     if (rank == 0) {
-      fmt::print("{:<9} {:>12.2f} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f} {:>10.2f}\n",
+      fmt::print("{:<9} {:>12.2f} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f} {:>10.2f}",
                  kolo::bench::bytesLabel(bytes), copyGbps, addGbps, busbw, op * 1e6,
                  busbw / copyGbps, addGbps / busbw);
+      if (timesDirect) {
+        const double d = kolo::bench::median(directTimes);
+        fmt::print(" {:>12.1f} {:>10.2f}", d * 1e6, op / d);
+      }
+      fmt::print("\n");
       std::fflush(stdout);
     }
   }

@@ -116,14 +116,23 @@ class Comm:
         else:
             raise ValueError(self.mode)
 
-    def wrap(self, model, optimizer):
-        """The model and optimizer to train with; all ranks start from rank 0's weights."""
+    def wrap(self, model, optimizer, bucket_mb=None):
+        """The model and optimizer to train with; all ranks start from rank 0's weights.
+
+        bucket_mb: gradient bucket size in MiB for kolo's DistributedOptimizer
+        and DDP (None: each one's default, 25); Horovod has no buckets.
+        """
         if self.mode in ("kolo", "horovod"):
+            if bucket_mb is not None and self.mode == "kolo":
+                import kolo.torch.optimizer
+                kolo.torch.optimizer.BUCKET_BYTES = int(bucket_mb * (1 << 20))
             self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             optimizer = self.hvd.DistributedOptimizer(
                 optimizer, named_parameters=model.named_parameters())
         elif self.mode in ("ddp", "ddp-kolo"):
-            model = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
+            # Broadcasts rank 0's weights.
+            model = nn.parallel.DistributedDataParallel(
+                model, **({} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}))
         return model, optimizer
 
     def gather(self, value):
@@ -167,6 +176,8 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="gradient bucket size in MiB (kolo and DDP; default: theirs, 25)")
     parser.add_argument("--phases", action="store_true",
                         help="also time each phase of a step (zero_grad, forward, backward, "
                              "kolo/horovod: synchronize, then the optimizer's step) and print "
@@ -186,15 +197,17 @@ def main():
     model = Cnn() if args.model == "cnn" else mlp()
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    model, optimizer = comm.wrap(model, optimizer)
+    model, optimizer = comm.wrap(model, optimizer, args.bucket_mb)
 
     generator = torch.Generator().manual_seed(1000 + rank)
     data = torch.randn(args.batch_size, 1, 28, 28, generator=generator)
     target = torch.randint(0, 10, (args.batch_size,), generator=generator)
 
     if rank == 0:
-        print("model %s (%d parameters), mode %s, %d ranks, batch %d per rank, %d thread(s)"
-              % (args.model, params, args.mode, size, args.batch_size, args.threads), flush=True)
+        print("model %s (%d parameters), mode %s, %d ranks, batch %d per rank, %d thread(s)%s"
+              % (args.model, params, args.mode, size, args.batch_size, args.threads,
+                 "" if args.bucket_mb is None else ", buckets of %g MiB" % args.bucket_mb),
+              flush=True)
 
     times = []
     phase_names = ("zero_grad", "forward", "backward", "synchronize", "step")

@@ -1,10 +1,18 @@
 // Shared-memory specifics beyond the conformance suite: segment lifetime and
 // hostile store input, buffers many slots long, bitwise agreement, a late
-// peer, and the host layout that decides where shared memory applies.
+// peer, the arena and the direct allreduce of buffers in it, and the host
+// layout that decides where shared memory applies.
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -13,12 +21,14 @@
 #include <gtest/gtest.h>
 
 #include "comm/conformance.h"
+#include "comm/shm/arena.h"
 #include "comm/shm/collectives.h"
 #include "comm/shm/factory.h"
 #include "comm/shm/host.h"
 #include "comm/shm/segment.h"
 #include "comm/test_values.h"
 #include "kolo/error.h"
+#include "kolo/shareable.h"
 #include "kolo/store.h"
 
 namespace kolo::test {
@@ -262,6 +272,197 @@ TEST(ShmBackend, LatePeerIsWaitedFor) {
     EXPECT_EQ(v[4999], 3.0);
     if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     control->barrier();
+  });
+}
+
+// Why this process has no arena (then the direct tests skip), or empty.
+std::string noArena() {
+  if (comm::shm::Arena::forThisProcess() != nullptr) return "";
+  return "this process has no arena (an address space limit, or no memfd_create)";
+}
+
+// The arena's blocks: page aligned, zero-filled (again after reuse: a
+// freed block's pages are punched out), found by offsetOf, and a request
+// larger than the arena is null rather than an error.
+TEST(ShmArena, BlocksAreZeroFilledAlignedAndGivenBack) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  auto arena = comm::shm::Arena::forThisProcess();
+  EXPECT_EQ(comm::shm::Arena::existing(), arena);
+  const size_t bytes = 3 * 4096 + 100;
+  auto* a = static_cast<unsigned char*>(arena->allocate(bytes));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u);
+  const int64_t offset = arena->offsetOf(a, bytes);
+  EXPECT_GE(offset, 0);
+  for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(a[i], 0) << "byte " << i;
+  std::memset(a, 0xab, bytes);
+  auto* b = static_cast<unsigned char*>(arena->allocate(bytes));
+  ASSERT_NE(b, nullptr);
+  EXPECT_GE(std::abs(b - a), static_cast<std::ptrdiff_t>(4 * 4096)) << "blocks overlap";
+  arena->free(a);
+  auto* again = static_cast<unsigned char*>(arena->allocate(bytes));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(arena->offsetOf(again, bytes), offset) << "the freed block was not reused first";
+  for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(again[i], 0) << "reused byte " << i;
+  arena->free(again);
+  arena->free(b);
+
+  int onStack = 0;
+  EXPECT_EQ(arena->offsetOf(&onStack, sizeof onStack), -1);
+  EXPECT_EQ(arena->offsetOf(arena->base() + arena->size() - 8, 16), -1) << "runs past the end";
+  EXPECT_EQ(arena->allocate(arena->size() + 1), nullptr);
+  EXPECT_EQ(allocateShareable(arena->size() + 1), nullptr);
+  std::shared_ptr<void> shared = allocateShareable(100);
+  ASSERT_NE(shared, nullptr);
+  EXPECT_GE(arena->offsetOf(shared.get(), 100), 0);
+}
+
+// Another process maps the arena through /proc/<pid>/fd/<fd> and sees (and
+// writes) the same memory; a descriptor that is not an arena maps nothing.
+TEST(ShmArena, AnotherProcessMapsItThroughProc) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  auto arena = comm::shm::Arena::forThisProcess();
+  auto* block = static_cast<int*>(arena->allocate(4096));
+  ASSERT_NE(block, nullptr);
+  block[0] = 1234;
+  const int64_t offset = arena->offsetOf(block, 4096);
+  const pid_t parent = getpid();
+  const int fd = arena->fd();
+  const int notAnArena = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The child's own inherited view is not used: it maps the parent's.
+    const comm::shm::Arena::Mapping m = comm::shm::Arena::mapPeer(parent, fd);
+    int rc = 0;
+    if (m.base == nullptr || m.size != arena->size()) rc = 2;
+    if (rc == 0 && reinterpret_cast<int*>(m.base + offset)[0] != 1234) rc = 3;
+    if (rc == 0) reinterpret_cast<int*>(m.base + offset)[1] = 5678;
+    if (comm::shm::Arena::mapPeer(parent, notAnArena).base != nullptr) rc = 4;
+    std::_Exit(rc);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(notAnArena);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: not mapped, 3: other memory, 4: a non-arena mapped";
+  EXPECT_EQ(block[1], 5678) << "the child's write did not reach this process";
+  arena->free(block);
+}
+
+// Copies values into a block of shareable memory and back.
+struct ShareableBuffer {
+  ShareableBuffer(DataType dtype, size_t count) : values(dtype, count) {
+    block = allocateShareable(count * elementSize(dtype));
+  }
+  void* data() const { return block.get(); }
+  size_t bytes() const { return values.count() * elementSize(values.dtype()); }
+  void in() { std::memcpy(block.get(), values.data(), bytes()); }
+  void out() { std::memcpy(values.data(), block.get(), bytes()); }
+  TypedBuffer values;
+  std::shared_ptr<void> block;
+};
+
+comm::shm::Collectives& asShm(comm::Collectives& c) {
+  return dynamic_cast<comm::shm::Collectives&>(c);
+}
+
+// Buffers in the ranks' arenas (allocateShareable, as the reducer's
+// buckets), from kDirectBytes on, are reduced in place: every dtype and
+// op, odd lengths, 2 to 4 ranks, the same values as through the slots.
+// Below kDirectBytes they take the one-step path.
+TEST(ShmDirect, BuffersInTheArenasAreReducedInPlace) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  for (int n : {2, 3, 4}) {
+    runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+      auto c = comm::shm::createCollectives(args);
+      uint64_t direct = 0;
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                             DataType::kInt32, DataType::kInt8}) {
+        const size_t es = elementSize(dtype);
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct}) {
+          // The smallest direct count, a larger odd one, and the largest
+          // that is not direct.
+          const size_t first = (comm::shm::kDirectBytes + es - 1) / es;
+          for (size_t count : {first, 40 * first + 17, first - 1}) {
+            ShareableBuffer buf(dtype, count);
+            ASSERT_NE(buf.data(), nullptr);
+            for (size_t i = 0; i < count; ++i) buf.values.set(i, reduceInput(dtype, op, rank, i));
+            buf.in();
+            c->allreduce(buf.data(), count, dtype, op);
+            buf.out();
+            if (count * es >= comm::shm::kDirectBytes) ++direct;
+            const std::string what = std::string(toString(dtype)) + " " + toString(op) + " of " +
+                                     std::to_string(count) + " on " + std::to_string(n) + " ranks";
+            expectElements(buf.values, 0, count, what,
+                           [&](size_t i) { return reduceExpected(dtype, op, n, i); });
+            ASSERT_EQ(asShm(*c).directAllreduces(), direct) << what << ": not reduced in place";
+          }
+        }
+      }
+    });
+  }
+}
+
+// The direct path reduces in rank order, as the slots do, and folds the
+// average's multiply in the same way: bit for bit the slots' result.
+TEST(ShmDirect, TheSameBitsAsThroughTheSlots) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  const int n = 3;
+  const size_t count = 2 * comm::shm::kDataSlotBytes / 4 + 5;
+  std::vector<std::vector<float>> inputs(n, std::vector<float>(count));
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& v : inputs) {
+    for (auto& x : v) x = dist(gen);
+  }
+  std::vector<std::vector<float>> slots(n), direct(n);
+  runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+    auto c = comm::shm::createCollectives(args);
+    slots[rank] = inputs[rank];
+    c->allreduceScaled(slots[rank].data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0 / n);
+    std::shared_ptr<void> block = allocateShareable(count * sizeof(float));
+    ASSERT_NE(block, nullptr);
+    auto* mine = static_cast<float*>(block.get());
+    std::copy(inputs[rank].begin(), inputs[rank].end(), mine);
+    c->allreduceScaled(mine, count, DataType::kFloat32, ReduceOp::kSum, 1.0 / n);
+    EXPECT_EQ(asShm(*c).directAllreduces(), 1u);
+    direct[rank].assign(mine, mine + count);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(std::memcmp(direct[r].data(), slots[0].data(), count * sizeof(float)), 0)
+        << "rank " << r << "'s direct result differs from the slots'";
+    ASSERT_EQ(std::memcmp(slots[r].data(), slots[0].data(), count * sizeof(float)), 0);
+  }
+}
+
+// A rank whose buffer is not in its arena: every rank goes through the
+// slots for that allreduce (the same values), and the next one, with every
+// buffer in the arenas, is direct again.
+TEST(ShmDirect, OneOrdinaryBufferSendsEveryRankThroughTheSlots) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  const int n = 3;
+  runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+    auto c = comm::shm::createCollectives(args);
+    const size_t count = comm::shm::kDirectBytes / 4 * 2 + 3;
+    for (int round = 0; round < 2; ++round) {
+      const bool ordinary = round == 0 && rank == 1;
+      ShareableBuffer shareable(DataType::kFloat32, count);
+      TypedBuffer plain(DataType::kFloat32, count);
+      TypedBuffer& values = ordinary ? plain : shareable.values;
+      for (size_t i = 0; i < count; ++i) {
+        values.set(i, reduceInput(DataType::kFloat32, ReduceOp::kSum, rank, i));
+      }
+      if (!ordinary) shareable.in();
+      c->allreduce(ordinary ? plain.data() : shareable.data(), count, DataType::kFloat32,
+                   ReduceOp::kSum);
+      if (!ordinary) shareable.out();
+      expectElements(values, 0, count, "round " + std::to_string(round), [&](size_t i) {
+        return reduceExpected(DataType::kFloat32, ReduceOp::kSum, n, i);
+      });
+      EXPECT_EQ(asShm(*c).directAllreduces(), static_cast<uint64_t>(round))
+          << "round " << round << " on rank " << rank;
+    }
   });
 }
 

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -108,7 +110,7 @@ TEST(Autotuner, DecisionWireFormatIsChecked) {
   EXPECT_THROW(autotune::decodeDecision(bytes), Internal);
 }
 
-TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRank) {
+TEST(Autotune, ManySmallTensorsEndWithTheBestScoredSettingAppliedIdenticallyOnEveryRank) {
   const std::string csv = (std::filesystem::temp_directory_path() /
                            ("kolo_autotune_" + std::to_string(::getpid()) + ".csv"))
                               .string();
@@ -170,37 +172,45 @@ TEST(Autotune, ManySmallTensorsEndWithALargeThresholdAppliedIdenticallyOnEveryRa
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  // 64 x 16 KiB = 1 MiB per step. The starting threshold (one tensor per
-  // backend call) is clearly bad: every larger one measures 2-3 x its rate
-  // here. Between the larger ones the differences are a few percent, which
-  // a loaded machine reorders (64 KiB and 256 KiB were 941 and 1047 MB/s in
-  // one run), so the check is the clear one: the tuner left the start for
-  // a setting that measured well above it. Under ThreadSanitizer the
-  // engine's threads run many times slower than the rest and 40 ms samples
-  // hold a step or two, so which setting measures best there is noise: the
-  // choice is checked in normal builds (the convergence and agreement
-  // checks above run everywhere).
-#if !defined(__SANITIZE_THREAD__)
-  EXPECT_GT(t0.current.fusionThresholdBytes, config.fusionThresholdBytes)
-      << "stayed at the start; the tuner's log:\n" << text;
-  // The log's score of the start and the chosen setting's (last column).
-  double startScore = -1, chosenScore = -1;
+  // The setting every rank ended with is the one the tuner's own scores
+  // chose: replayed from its log with its rule (a later setting replaces
+  // the best only when it scores over 1 % more). Which setting measures
+  // best is the machine's business, not the test's: 64 x 16 KiB tensors
+  // one per call (the start) scored 2-3 x below every larger threshold on
+  // an idle machine, and above most of them under a concurrent build
+  // (349 against 200-340 MB/s, 40 ms samples); benchmarks measure speed
+  // (bench_fusion_small --autotune).
+  struct Scored {
+    int64_t threshold;
+    int64_t cycleUs;
+    bool cache;
+  };
+  std::optional<Scored> best;
+  double bestScore = -1, chosenScore = -1;
+  int scored = 0;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::vector<std::string> f;
     std::stringstream fields(line);
     for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
     if (f.size() < 9) continue;
-    if (f[5] == "score" && f[2] == std::to_string(config.fusionThresholdBytes) && startScore < 0) {
-      startScore = std::stod(f[8]);
+    if (f[5] == "score") {
+      ++scored;
+      const double score = std::stod(f[8]);
+      if (bestScore < 0 || score > bestScore * 1.01) {
+        bestScore = score;
+        best = Scored{std::stoll(f[2]), std::llround(std::stod(f[3]) * 1000), f[4] == "1"};
+      }
     }
     if (f[5] == "chosen") chosenScore = std::stod(f[8]);
   }
-  ASSERT_GT(startScore, 0) << text;
-  // 2.6-2.9 x in normal builds; under AddressSanitizer every byte copied
-  // costs more and the gap narrows (1.49 x in one CI run).
-  EXPECT_GT(chosenScore, 1.2 * startScore) << "the tuner's log:\n" << text;
-#endif
+  // Every threshold of the grid (and the start), then the cycle times.
+  EXPECT_GE(scored, static_cast<int>(autotune::Autotuner::thresholdGrid().size())) << text;
+  ASSERT_TRUE(best.has_value()) << text;
+  EXPECT_EQ(chosenScore, bestScore) << text;
+  EXPECT_EQ(t0.current.fusionThresholdBytes, best->threshold) << text;
+  EXPECT_EQ(t0.current.cycleTime.count(), best->cycleUs) << text;
+  EXPECT_EQ(t0.current.cacheEnabled, best->cache) << text;
   EXPECT_LE(t0.history.size(), autotune::Autotuner::thresholdGrid().size() +
                                    autotune::Autotuner::cycleGrid().size() + 2);
 

@@ -3,7 +3,10 @@ bucket (seen in the timeline), gradients reduced in place, results equal to
 the average of plain PyTorch gradients (bitwise on one rank), and the Python
 fallback for a custom compressor."""
 import json
+import os
+import resource
 
+import pytest
 import torch
 
 import kolo.torch as hvd
@@ -94,6 +97,44 @@ def test_gradients_reduced_in_place_and_equal_plain_average():
                 torch.testing.assert_close(p.grad, ref, rtol=1e-12, atol=1e-14)
         with opt.skip_synchronize():
             opt.step()
+
+
+def arena_ranges():
+    """Address ranges of the kolo arenas mapped in this process (its own and its peers')."""
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "/memfd:kolo-arena" in line:
+                lo, hi = line.split()[0].split("-")
+                ranges.append((int(lo, 16), int(hi, 16)))
+    return ranges
+
+
+def test_buckets_live_in_the_arena_the_peers_map():
+    """With every rank on this host, the shared-memory plane runs and the
+    buckets come from this process's arena (kolo/shareable.h), which the
+    peers map: the plane reduces them in place. Alone, or with KOLO_SHM=0,
+    there is no arena and the buckets are ordinary memory."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters())
+    opt.zero_grad()
+    loss_fn(model, batch(0, hvd.rank())).backward()
+    opt.synchronize()
+    ranges = arena_ranges()
+    if not ranges and resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("an address space limit (ulimit -v): kolo makes no arena")
+    if hvd.size() == 1 or hvd.local_size() != hvd.size() or os.environ.get("KOLO_SHM") == "0":
+        assert ranges == [], ranges
+    else:
+        # Ours and one per peer.
+        assert len(ranges) == hvd.size(), ranges
+        for p in model.parameters():
+            assert any(lo <= p.grad.data_ptr() < hi for lo, hi in ranges), "a bucket outside the arena"
+    for p, ref in zip(model.parameters(), average_of_plain_grads(0)):
+        torch.testing.assert_close(p.grad, ref, rtol=1e-12, atol=1e-14)
+    with opt.skip_synchronize():
+        opt.step()
 
 
 class ScaleCompressor(Compressor):

@@ -12,11 +12,13 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "compat.h"
+#include "kolo/shareable.h"
 #include "tensor_util.h"
 
 namespace kolo::torch {
@@ -123,7 +125,18 @@ struct GradientReducer::Impl {
     const at::Tensor& first = slots[b.members.front()].param;
     if (b.flat.defined() && b.flat.device() == first.device()) return;
     b.device = first.device();
-    b.flat = at::zeros({b.numel}, first.options().dtype(b.wire));
+    const at::TensorOptions options = first.options().dtype(b.wire);
+    b.flat = at::Tensor();
+    if (b.device.is_cpu() && b.numel > 0) {
+      // From the shared arena when there is one: the ranks of a host then
+      // reduce the buckets in place (kolo/shareable.h). Zero-filled.
+      const size_t bytes = static_cast<size_t>(b.numel) * at::elementSize(b.wire);
+      if (std::shared_ptr<void> block = allocateShareable(bytes)) {
+        b.flat = at::from_blob(
+            block.get(), {b.numel}, [block](void*) mutable { block.reset(); }, options);
+      }
+    }
+    if (!b.flat.defined()) b.flat = at::zeros({b.numel}, options);
     for (size_t i : b.members) {
       Slot& s = slots[i];
       // An alias of the bucket's storage that is not an autograd view:

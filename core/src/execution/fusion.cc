@@ -1,6 +1,7 @@
 #include "execution/fusion.h"
 
 #include "execution/layout.h"
+#include "kolo/shareable.h"
 
 #include <map>
 #include <tuple>
@@ -134,7 +135,9 @@ std::vector<Response> fuseResponses(const std::vector<const Response*>& response
 
 void* FusionBuffer::data(size_t bytes) {
   if (bytes > capacity_) {
-    data_.reset(new char[bytes]);
+    data_.reset();  // the old block goes back first
+    data_ = allocateShareable(bytes);
+    if (data_ == nullptr) data_ = std::shared_ptr<char[]>(new char[bytes]);
     capacity_ = bytes;
   }
   return data_.get();

@@ -40,14 +40,16 @@ std::vector<Response> fuseResponses(const std::vector<const Response*>& response
                                     int64_t thresholdBytes);
 
 // A host buffer allocated once and grown only when a larger fused response
-// arrives (bounded by the fusion threshold), never per step.
+// arrives (bounded by the fusion threshold), never per step. From the
+// shared arena when there is one (kolo/shareable.h), so the shared-memory
+// plane reduces fused responses in place too.
 class FusionBuffer {
  public:
   void* data(size_t bytes);
   size_t capacity() const { return capacity_; }
 
  private:
-  std::unique_ptr<char[]> data_;
+  std::shared_ptr<void> data_;
   size_t capacity_ = 0;
 };
 

@@ -115,7 +115,12 @@ void Collectives::allreduceScaled(void* buf, size_t count, DataType dtype, Reduc
   } else if (count * es <= std::min(kOneShotBytes, halfBytes_)) {
     oneShotAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
   } else {
-    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
+    bool begun = false;
+    if (count * es >= kDirectBytes && groupDirect_ != 0) {
+      if (directAllreduce(static_cast<char*>(buf), count, dtype, op, factor)) return;
+      begun = true;
+    }
+    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op, factor, begun);
   }
 }
 
@@ -134,6 +139,71 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
   end();
 }
 
+// The ranks publish where their buffers lie in their arenas; when every
+// rank's does (and every rank mapped every arena), each reduces its part of
+// all the buffers in place, and a second synchronisation ends the
+// operation. The slots are not used, so the next operation may rewrite
+// them once every peer completed that second phase.
+bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
+                                  double factor) {
+  const char* what = "allreduce";
+  const int n = group_->size();
+  const int me = group_->rank();
+  const size_t es = elementSize(dtype);
+  const size_t bytes = count * es;
+  begin(what);
+  const Arena* arena = group_->arena();
+  group_->setDirectOffset(arena != nullptr ? arena->offsetOf(buf, bytes) : -1);
+  group_->publish();
+  group_->waitAll(group_->phase(), what);
+  // Every rank reads the same lines here, so every rank decides the same.
+  bool capable = true;
+  bool direct = true;
+  std::vector<char*> at(n);
+  for (int r = 0; r < n; ++r) {
+    capable = capable && group_->directCapable(r);
+    const int64_t offset = group_->directOffsetOf(r);
+    const Arena::Mapping& m = group_->arenaOf(r);
+    if (offset < 0 || m.base == nullptr || static_cast<size_t>(offset) > m.size ||
+        bytes > m.size - static_cast<size_t>(offset)) {
+      direct = false;
+      continue;
+    }
+    at[r] = m.base + offset;
+  }
+  groupDirect_ = capable ? 1 : 0;
+  // When every rank is capable, every rank mapped every arena (at its full
+  // size), so `direct` depends only on the offsets all of them read: the
+  // same decision everywhere.
+  if (!capable || !direct) return false;
+  // Our part, [p0, p0 + len), of every rank's buffer, in pieces that stay
+  // in cache: reduced in rank order into rank 0's buffer (x0 op x1 ...:
+  // element i is read before it is written), then copied to the others;
+  // with two ranks one pass writes both.
+  const size_t lineElements = kLine / es;
+  const size_t part = ceilDiv(ceilDiv(count, n), lineElements) * lineElements;
+  const size_t p0 = std::min(count, static_cast<size_t>(me) * part);
+  const size_t len = std::min(count, p0 + part) - p0;
+  const size_t piece = std::max<size_t>(lineElements, (size_t(64) << 10) / es);
+  try {
+    for (size_t i = 0; i < len; i += piece) {
+      const size_t m = std::min(piece, len - i);
+      auto x = [&](int r) { return at[r] + (p0 + i) * es; };
+      for (int k = 1; k < n - 1; ++k) reduceElements(x(0), x(0), x(k), m, dtype, op);
+      reduceScaledElements(x(0), n == 2 ? x(1) : nullptr, x(0), x(n - 1), m, dtype, op, factor);
+      for (int k = 1; k < n && n > 2; ++k) copyShared(x(k), x(0), m * es);
+    }
+  } catch (const Error& e) {
+    group_->fail(e);
+  }
+  // Every rank's part is in every buffer once every rank got here.
+  group_->publish();
+  group_->waitAll(group_->phase(), what);
+  slotFree_ = group_->phase();
+  ++directAllreduces_;
+  return true;
+}
+
 // Step s (0..steps): copy the parts of chunk s that peers reduce into our
 // half s%2, publish, then reduce our part of chunk s from the peers' halves
 // and our buffer into our half (for the peers), from kOwnInPlaceBytes on
@@ -143,7 +213,7 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
 // result. The average's multiply rides on the reduction (factor), so no
 // pass over the buffer is added for it.
 void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
-                                     double factor) {
+                                     double factor, bool begun) {
   const char* what = "allreduce";
   const int n = group_->size();
   const int me = group_->rank();
@@ -158,7 +228,7 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
   auto chunkLength = [&](size_t s) { return std::min(chunk, count - s * chunk); };
   const bool stream = count * es >= kStreamingBytes;
   const bool ownInPlace = count * es >= kOwnInPlaceBytes;
-  begin(what);
+  if (!begun) begin(what);
   for (size_t s = 0; s <= steps; ++s) {
     const uint32_t h = s % 2;
     if (s < steps) {

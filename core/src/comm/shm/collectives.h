@@ -19,6 +19,16 @@
 //                  and copies the reduced parts out at the next step
 //                  (allgather). allreduceScaled multiplies in the
 //                  same reduction (the engine's average costs no pass).
+//                  Direct, from kDirectBytes, when every rank's buffer
+//                  lies in its process's Arena (arena.h: the reducer's
+//                  gradient buckets) and every rank mapped every peer's:
+//                  each rank reduces its part of all the buffers straight
+//                  from them and writes the result into all of them, with
+//                  nothing copied through the slots (one read and one
+//                  write per byte of the buffer, against 2 + 2). The ranks
+//                  learn where the buffers are in one synchronisation
+//                  first; when any is not in an arena they go on with the
+//                  slots.
 //   reducescatter  the first half of that: each rank reduces its block.
 //   allgatherv, broadcast, alltoallv
 //                  copy in, then every reader copies out, per step.
@@ -68,6 +78,10 @@ constexpr size_t kStreamingBytes = size_t(16) << 20;
 // more than the copy it saves (128 KiB: 0.79 -> 1.07 or worse).
 constexpr size_t kOwnInPlaceBytes = size_t(1) << 20;
 
+// Allreduces of at least this size reduce buffers that lie in the ranks'
+// arenas in place (direct, above): every one past the one-shot size.
+constexpr size_t kDirectBytes = kOneShotBytes + 1;
+
 class Collectives final : public comm::Collectives {
  public:
   explicit Collectives(std::unique_ptr<Group> group);
@@ -87,6 +101,9 @@ class Collectives final : public comm::Collectives {
                      DataType dtype, ReduceOp op) override;
   void abandon(const std::string& why) override { group_->abandon(why); }
 
+  // Allreduces that reduced the ranks' buffers in place (direct, above).
+  uint64_t directAllreduces() const { return directAllreduces_; }
+
  private:
   // Half h (0 or 1) of rank r's slot.
   char* half(int r, uint32_t h) const { return group_->slot(r) + h * halfBytes_; }
@@ -96,13 +113,23 @@ class Collectives final : public comm::Collectives {
   void end();
 
   void oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
-  void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
+  // begun: begin() was called (by directAllreduce, which fell back).
+  void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor,
+                          bool begun = false);
+  // False, having begun the operation, when some rank's buffer is not in
+  // its arena: then pipelinedAllreduce goes on.
+  bool directAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Group> group_;
   const size_t halfBytes_;
   // Every peer must have completed this phase before this rank rewrites its slot.
   uint32_t slotFree_ = 0;
+  // Whether every rank is direct-capable: unknown (-1) until the first
+  // exchange of buffer places; then the same on every rank, and when 0
+  // large allreduces skip the exchange.
+  int groupDirect_ = -1;
+  uint64_t directAllreduces_ = 0;
 };
 
 }  // namespace kolo::comm::shm

@@ -29,7 +29,7 @@ std::unique_ptr<comm::Collectives> createCollectivesWithin(const BackendArgs& ar
                                                            std::vector<int> groupRanks) {
   return std::make_unique<Collectives>(Group::connect(withPrefix(args, "shm-data/"),
                                                       dataSlotBytes(args.identity.size), "data",
-                                                      std::move(groupRanks)));
+                                                      std::move(groupRanks), /*shareArena=*/true));
 }
 
 }  // namespace kolo::comm::shm

@@ -20,13 +20,34 @@
 
 #include "kolo/error.h"
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace kolo::comm::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// ThreadSanitizer sees a phase word at each rank's own mapping of the
+// segment, so a publish and the wait that sees it do not order accesses
+// to memory all ranks reach at one address: the arena, when ranks are
+// threads of one process (tests). Tell it, with the arena as the sync
+// object. No code without ThreadSanitizer.
+inline void tsanRelease([[maybe_unused]] void* arena) {
+#if defined(__SANITIZE_THREAD__)
+  if (arena != nullptr) __tsan_release(arena);
+#endif
+}
+inline void tsanAcquire([[maybe_unused]] void* arena) {
+#if defined(__SANITIZE_THREAD__)
+  if (arena != nullptr) __tsan_acquire(arena);
+#endif
+}
+
 constexpr uint64_t kMagic = 0x316d68736f6c6f6bULL;  // "kolosmh1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kLineBytes = 128;  // a rank's line: two cache lines (adjacent-line prefetch)
 constexpr size_t kPageBytes = 4096;
 // Spin, then yield, before sleeping on the futex: a peer that is a few
@@ -47,6 +68,9 @@ struct alignas(kLineBytes) RankLine {
   std::atomic<uint32_t> sleepers;  // peers in FUTEX_WAIT on phase
   std::atomic<uint32_t> state;     // State; written by its rank only
   std::atomic<int32_t> pid;
+  std::atomic<int32_t> arenaFd;       // its process's Arena's fd there; -1: none
+  std::atomic<uint32_t> direct;       // 1: it has its arena and mapped every peer's
+  std::atomic<int64_t> directOffset;  // its buffer's offset in its arena this op; -1: not there
 };
 static_assert(sizeof(RankLine) == kLineBytes, "one rank line");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be lock-free");
@@ -145,7 +169,7 @@ struct Group::Shared {
 static_assert(sizeof(Group::Shared) <= kLineBytes, "header fits before the rank lines");
 
 std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes, const char* role,
-                                      std::vector<int> rankNames) {
+                                      std::vector<int> rankNames, bool shareArena) {
   const Identity& id = args.identity;
   KOLO_CHECK_ARG(
       id.size >= 1 && id.rank >= 0 && id.rank < id.size,
@@ -163,6 +187,7 @@ std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes,
   Segment segment;
   std::string name;
   std::string error;
+  const std::shared_ptr<Arena> arena = shareArena ? Arena::forThisProcess() : nullptr;
   try {
     if (id.rank == 0) {
       try {
@@ -202,6 +227,9 @@ std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes,
     auto* shared = reinterpret_cast<Shared*>(segment.data());
     RankLine& mine = shared->line(id.rank);
     mine.pid.store(static_cast<int32_t>(getpid()));
+    mine.arenaFd.store(arena != nullptr ? arena->fd() : -1);
+    mine.direct.store(0);
+    mine.directOffset.store(-1);
     mine.state.store(kAttached);
     if (shared->attached.fetch_add(1) + 1 == static_cast<uint32_t>(id.size)) {
       Segment::unlink(name);  // every rank has it mapped: nothing left behind from here on
@@ -252,11 +280,12 @@ std::unique_ptr<Group> Group::connect(const BackendArgs& args, size_t slotBytes,
     throw Internal(std::string("shm ") + role + " setup failed: " + firstError);
   }
   return std::unique_ptr<Group>(new Group(std::move(segment), id.rank, id.size, slotBytes, timeout,
-                                          role, std::move(rankNames)));
+                                          role, std::move(rankNames), arena));
 }
 
 Group::Group(Segment segment, int rank, int size, size_t slotBytes,
-             std::chrono::milliseconds timeout, std::string role, std::vector<int> rankNames)
+             std::chrono::milliseconds timeout, std::string role, std::vector<int> rankNames,
+             std::shared_ptr<Arena> arena)
     : segment_(std::move(segment)),
       shared_(reinterpret_cast<Shared*>(segment_.data())),
       slots_(segment_.data() + slotsOffset(size)),
@@ -265,8 +294,38 @@ Group::Group(Segment segment, int rank, int size, size_t slotBytes,
       slotBytes_(slotBytes),
       timeout_(timeout),
       role_(std::move(role)),
-      rankNames_(std::move(rankNames)) {
+      rankNames_(std::move(rankNames)),
+      arena_(std::move(arena)) {
   watchPeers();
+  mapArenas();
+}
+
+void Group::mapArenas() {
+  peerArenas_.assign(size_, Arena::Mapping{});
+  if (arena_ == nullptr) return;
+  bool all = true;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      peerArenas_[r] = Arena::Mapping{arena_->base(), arena_->size(), arena_};
+      continue;
+    }
+    peerArenas_[r] = Arena::mapPeer(pids_[r], shared_->line(r).arenaFd.load());
+    all = all && peerArenas_[r].base != nullptr;
+  }
+  // Published with this rank's next phase, before any peer reads it.
+  shared_->line(rank_).direct.store(all ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool Group::directCapable(int r) const {
+  return shared_->line(r).direct.load(std::memory_order_relaxed) == 1;
+}
+
+void Group::setDirectOffset(int64_t offset) {
+  shared_->line(rank_).directOffset.store(offset, std::memory_order_relaxed);
+}
+
+int64_t Group::directOffsetOf(int r) const {
+  return shared_->line(r).directOffset.load(std::memory_order_relaxed);
 }
 
 void Group::watchPeers() {
@@ -301,6 +360,7 @@ void Group::checkUsable(const char* what) const {
 }
 
 void Group::publish() {
+  tsanRelease(arena_.get());
   RankLine& mine = shared_->line(rank_);
   mine.phase.store(++phase_);  // seq_cst: ordered before the sleepers load below
   if (mine.sleepers.load() != 0) futexWake(&mine.phase);
@@ -318,6 +378,11 @@ void Group::waitAll(uint32_t p, const char* what) {
 }
 
 void Group::waitFor(int peer, uint32_t p, const char* what) {
+  waitForPhase(peer, p, what);
+  tsanAcquire(arena_.get());
+}
+
+void Group::waitForPhase(int peer, uint32_t p, const char* what) {
   if (reached(peer, p)) return;
   const auto start = Clock::now();
   for (int i = 1;; ++i) {

@@ -26,6 +26,13 @@
 // instead of some waiting for a timeout. The last rank to attach removes
 // the name from /dev/shm; on any failure rank 0 removes it.
 //
+// Direct access (data groups, shareArena). Each rank also says where its
+// process's Arena (arena.h) is, and maps every peer's after setup; a rank
+// that has its own arena and mapped every peer's is direct-capable. Per
+// operation a rank may say where its buffer lies in its arena
+// (setDirectOffset, read by peers after the next phase), so the plane can
+// reduce every rank's buffer in place (collectives.cc).
+//
 // Threading: one thread drives a Group (the engine's loop); the destructor
 // must not race with a call on it. Ranks may be threads of one process
 // (tests) or processes.
@@ -41,6 +48,7 @@
 #include <vector>
 
 #include "comm/backend_args.h"
+#include "comm/shm/arena.h"
 #include "comm/shm/segment.h"
 #include "kolo/error.h"
 
@@ -61,8 +69,10 @@ class Group {
   // rank when any rank cannot attach. rankNames[r], when given, is how
   // messages name rank r (its rank in the larger group this one is part
   // of); by default its rank here.
+  // shareArena: this process's Arena is made (Arena::forThisProcess) and
+  // shared with the group (direct access, above).
   static std::unique_ptr<Group> connect(const BackendArgs& args, size_t slotBytes, const char* role,
-                                        std::vector<int> rankNames = {});
+                                        std::vector<int> rankNames = {}, bool shareArena = false);
 
   // Marks this rank as gone and wakes its waiters: peers blocked on it fail
   // with PeerFailure at once.
@@ -96,6 +106,18 @@ class Group {
   // waitFor every other rank.
   void waitAll(uint32_t p, const char* what);
 
+  // Direct access (above). This process's arena, null when not shared.
+  Arena* arena() const { return arena_.get(); }
+  // Whether rank r has its arena and mapped every peer's (fixed at setup).
+  bool directCapable(int r) const;
+  // Rank r's arena as mapped here (this rank's own included); base null
+  // when not mapped.
+  const Arena::Mapping& arenaOf(int r) const { return peerArenas_[r]; }
+  // Where this rank's buffer of the coming operation lies in its arena
+  // (-1: not there); peers read it once the next phase is published.
+  void setDirectOffset(int64_t offset);
+  int64_t directOffsetOf(int r) const;
+
   // Poisons the group with an error raised by its user (e.g. a reduce that
   // threw midway) so peers do not wait for phases that will never come.
   [[noreturn]] void fail(const Error& error);
@@ -105,9 +127,11 @@ class Group {
 
  private:
   Group(Segment segment, int rank, int size, size_t slotBytes, std::chrono::milliseconds timeout,
-        std::string role, std::vector<int> rankNames);
+        std::string role, std::vector<int> rankNames, std::shared_ptr<Arena> arena);
 
   void watchPeers();
+  void mapArenas();
+  void waitForPhase(int peer, uint32_t p, const char* what);
   bool reached(int peer, uint32_t p) const;
   // Throws PeerFailure when `peer` left, failed or its process exited.
   void checkPeer(int peer, const char* what);
@@ -127,6 +151,8 @@ class Group {
   uint32_t phase_ = 0;
   std::vector<int> pidfds_;  // by rank; -1: same process, or unavailable
   std::vector<pid_t> pids_;  // by rank
+  std::shared_ptr<Arena> arena_;
+  std::vector<Arena::Mapping> peerArenas_;  // by rank
   bool failed_ = false;
   bool failedByTimeout_ = false;
   std::string failure_;
