@@ -350,19 +350,6 @@ TEST(ShmArena, AnotherProcessMapsItThroughProc) {
   arena->free(block);
 }
 
-// Copies values into a block of shareable memory and back.
-struct ShareableBuffer {
-  ShareableBuffer(DataType dtype, size_t count) : values(dtype, count) {
-    block = allocateShareable(count * elementSize(dtype));
-  }
-  void* data() const { return block.get(); }
-  size_t bytes() const { return values.count() * elementSize(values.dtype()); }
-  void in() { std::memcpy(block.get(), values.data(), bytes()); }
-  void out() { std::memcpy(values.data(), block.get(), bytes()); }
-  TypedBuffer values;
-  std::shared_ptr<void> block;
-};
-
 comm::shm::Collectives& asShm(comm::Collectives& c) {
   return dynamic_cast<comm::shm::Collectives&>(c);
 }

@@ -7,7 +7,6 @@
 // arena, which the peers map through /proc, reduced in place.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -54,16 +53,17 @@ TEST(ShmProcessesDirect, BuffersInEveryProcesssArenaAreReducedInPlace) {
     for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32}) {
       const size_t es = elementSize(dtype);
       const size_t count = 4 * comm::shm::kDirectBytes / es + 29;
-      std::shared_ptr<void> block = allocateShareable(count * es);
-      ASSERT_NE(block, nullptr) << "no arena in this process";
-      TypedBuffer values(dtype, count);
-      for (size_t i = 0; i < count; ++i) values.set(i, reduceInput(dtype, ReduceOp::kSum, rank, i));
-      std::memcpy(block.get(), values.data(), count * es);
+      ShareableBuffer buf(dtype, count);
+      ASSERT_NE(buf.data(), nullptr) << "no arena in this process";
+      for (size_t i = 0; i < count; ++i) {
+        buf.values.set(i, reduceInput(dtype, ReduceOp::kSum, rank, i));
+      }
+      buf.in();
       const uint64_t before = shm.directAllreduces();
-      c->allreduce(block.get(), count, dtype, ReduceOp::kSum);
+      c->allreduce(buf.data(), count, dtype, ReduceOp::kSum);
       EXPECT_EQ(shm.directAllreduces(), before + 1) << toString(dtype) << ": not in place";
-      std::memcpy(values.data(), block.get(), count * es);
-      expectElements(values, 0, count, std::string("direct sum of ") + toString(dtype),
+      buf.out();
+      expectElements(buf.values, 0, count, std::string("direct sum of ") + toString(dtype),
                      [&](size_t i) { return reduceExpected(dtype, ReduceOp::kSum, n, i); });
     }
     const size_t count = 3 * comm::shm::kDirectBytes / 8 + 1;

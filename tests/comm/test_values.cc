@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kolo/shareable.h"
+
 namespace kolo::test {
 
 const DataType kAllDataTypes[kNumDataTypes] = {
@@ -83,6 +85,15 @@ TypedBuffer::TypedBuffer(DataType dtype, size_t count)
       count_(count),
       elementSize_(elementSize(dtype)),
       bytes_(count * elementSize_, 0) {}
+
+ShareableBuffer::ShareableBuffer(DataType dtype, size_t count)
+    : values(dtype, count), block(allocateShareable(count * elementSize(dtype))) {}
+
+size_t ShareableBuffer::bytes() const { return values.count() * elementSize(values.dtype()); }
+
+void ShareableBuffer::in() { std::memcpy(block.get(), values.data(), bytes()); }
+
+void ShareableBuffer::out() { std::memcpy(values.data(), block.get(), bytes()); }
 
 void TypedBuffer::set(size_t i, double v) {
   char* p = bytes_.data() + i * elementSize_;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,19 @@ class TypedBuffer {
   size_t count_;
   size_t elementSize_;
   std::vector<char> bytes_;
+};
+
+// A TypedBuffer's values copied into a block of shareable memory
+// (kolo::allocateShareable, where the direct shm allreduce reduces in place)
+// and back. block is null where the process has no arena.
+struct ShareableBuffer {
+  ShareableBuffer(DataType dtype, size_t count);
+  void* data() const { return block.get(); }
+  size_t bytes() const;
+  void in();   // values -> block
+  void out();  // block -> values
+  TypedBuffer values;
+  std::shared_ptr<void> block;
 };
 
 // Input of `rank` at index i for a reduction with `op`.

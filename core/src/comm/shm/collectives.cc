@@ -79,7 +79,9 @@ size_t dataSlotBytes(int ranks) {
 }
 
 Collectives::Collectives(std::unique_ptr<Group> group)
-    : group_(std::move(group)), halfBytes_(group_->slotBytes() / 2) {
+    : group_(std::move(group)),
+      halfBytes_(group_->slotBytes() / 2),
+      directAt_(static_cast<size_t>(group_->size())) {
   KOLO_ENFORCE(halfBytes_ % kLine == 0 && halfBytes_ >= 2 * kLine * group_->size(),
                "shm: slot too small for the group");
 }
@@ -159,7 +161,7 @@ bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, Reduc
   // Every rank reads the same lines here, so every rank decides the same.
   bool capable = true;
   bool direct = true;
-  std::vector<char*> at(n);
+  std::vector<char*>& at = directAt_;
   for (int r = 0; r < n; ++r) {
     capable = capable && group_->directCapable(r);
     const int64_t offset = group_->directOffsetOf(r);

@@ -129,6 +129,9 @@ class Collectives final : public comm::Collectives {
   // exchange of buffer places; then the same on every rank, and when 0
   // large allreduces skip the exchange.
   int groupDirect_ = -1;
+  // Where each rank's buffer lies in this process (directAllreduce's, kept
+  // so that the call allocates nothing).
+  std::vector<char*> directAt_;
   uint64_t directAllreduces_ = 0;
 };
 

@@ -1,14 +1,18 @@
+// HostRuntime's memory, streams, events and waits. What CUDA keeps per
+// thread (its device, its capture mode) and the call counts are in
+// host_threads.cc; host functions and their callback threads in
+// host_callbacks.cc.
 #include "device/host/host_runtime.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <utility>
 
 #include "common/thread_name.h"
 #include "device/host/collectives.h"
+#include "device/host/host_runtime_parts.h"
 #include "execution/reduce.h"
 
 namespace kolo::device::host {
@@ -19,50 +23,7 @@ namespace {
 
 std::atomic<uint64_t> gRuntimes{0};  // HostRuntime::id_
 
-// What CUDA keeps per thread: its current device (once pinned) and its
-// capture mode, per runtime.
-struct ThreadState {
-  std::map<uint64_t, int> pinned;
-  std::map<uint64_t, uint8_t> modes;  // CaptureMode; absent: kGlobal
-  std::map<uint64_t, uint64_t> calls;  // callsOnThisThread
-};
-thread_local ThreadState tThread;
-
 }  // namespace
-
-struct HostRuntime::HostStream {
-  int device = 0;
-  std::deque<Task> tasks;  // guarded by the runtime's mu_
-  bool busy = false;       // a task runs now
-  bool stop = false;
-  // Wakes the stream's thread while it has nothing to run (new work, stop):
-  // only it, where the runtime's changed_ would wake every stream's.
-  std::condition_variable work;
-  bool capturing = false;
-  CaptureMode captureMode = CaptureMode::kGlobal;
-  std::thread::id captureOwner;  // the thread that began the capture
-  std::string invalidatedBy;     // the prohibited call that broke the capture
-  std::thread thread;
-};
-
-class HostRuntime::CallerSafe {
- public:
-  explicit CallerSafe(HostRuntime& rt) : rt_(rt) {
-    if (tThread.pinned.count(rt_.id_) == 0 && rt_.modeLocked() == CaptureMode::kGlobal) {
-      tThread.modes[rt_.id_] = static_cast<uint8_t>(CaptureMode::kThreadLocal);
-      switched_ = true;
-    }
-  }
-  ~CallerSafe() {
-    if (switched_) tThread.modes.erase(rt_.id_);
-  }
-  CallerSafe(const CallerSafe&) = delete;
-  CallerSafe& operator=(const CallerSafe&) = delete;
-
- private:
-  HostRuntime& rt_;
-  bool switched_ = false;
-};
 
 // An event handle owns one reference to its state; queued records and
 // waits hold their own, so destroying an event with work queued on it is
@@ -125,108 +86,6 @@ HostRuntime::HostStream& HostRuntime::streamOf(Stream stream) const {
 std::shared_ptr<HostRuntime::HostEvent> HostRuntime::eventOf(Event event) const {
   KOLO_ENFORCE(event != nullptr, "host runtime: null event");
   return *reinterpret_cast<std::shared_ptr<HostEvent>*>(event);
-}
-
-void HostRuntime::pinThread(int device) {
-  checkDevice(device);
-  auto [it, fresh] = tThread.pinned.emplace(id_, device);
-  if (fresh) {
-    // As CudaRuntime: only the first pin calls CUDA (cudaSetDevice and the
-    // capture mode); a pinned thread's later pins cost nothing.
-    countCall(Method::kPinThread);
-    if (modeLocked() == CaptureMode::kGlobal) {
-      tThread.modes[id_] = static_cast<uint8_t>(CaptureMode::kThreadLocal);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++pinCount_[device];
-    return;
-  }
-  if (it->second != device) {
-    throw Internal("host runtime: this thread works on device " + std::to_string(it->second) +
-                   " and was asked to switch to device " + std::to_string(device));
-  }
-}
-
-HostRuntime::CaptureMode HostRuntime::modeLocked() const {
-  auto it = tThread.modes.find(id_);
-  return it == tThread.modes.end() ? CaptureMode::kGlobal : static_cast<CaptureMode>(it->second);
-}
-
-HostRuntime::CaptureMode HostRuntime::exchangeCaptureMode(CaptureMode mode) {
-  const CaptureMode old = modeLocked();
-  if (mode == CaptureMode::kGlobal) {
-    tThread.modes.erase(id_);
-  } else {
-    tThread.modes[id_] = static_cast<uint8_t>(mode);
-  }
-  return old;
-}
-
-void HostRuntime::unsafeCallLocked(const char* what, bool mayThrow) {
-  const CaptureMode mine = modeLocked();
-  if (mine == CaptureMode::kRelaxed) return;
-  const auto me = std::this_thread::get_id();
-  bool broke = false;
-  for (const auto& s : streams_) {
-    if (!s->capturing) continue;
-    const bool prohibited = s->captureOwner == me
-                                ? s->captureMode != CaptureMode::kRelaxed
-                                : mine == CaptureMode::kGlobal &&
-                                      s->captureMode == CaptureMode::kGlobal;
-    if (!prohibited) continue;
-    if (s->invalidatedBy.empty()) s->invalidatedBy = what;
-    broke = true;
-  }
-  if (broke && mayThrow) {
-    throw Internal(std::string("host runtime: ") + what +
-                   ": operation not permitted when stream is capturing (a thread in global "
-                   "capture mode while another captures a graph); the capture is invalidated");
-  }
-}
-
-void HostRuntime::countCall(Method method) const {
-  auto& counts = currentDevice() >= 0 ? pinnedCalls_ : unpinnedCalls_;
-  counts[static_cast<size_t>(method)].fetch_add(1, std::memory_order_relaxed);
-  ++tThread.calls[id_];
-}
-
-uint64_t HostRuntime::callsOnThisThread() const {
-  auto it = tThread.calls.find(id_);
-  return it == tThread.calls.end() ? 0 : it->second;
-}
-
-HostRuntime::Calls HostRuntime::calls() const {
-  Calls c;
-  for (size_t m = 0; m < kMethods; ++m) {
-    c.pinnedBy[m] = pinnedCalls_[m].load(std::memory_order_relaxed);
-    c.unpinnedBy[m] = unpinnedCalls_[m].load(std::memory_order_relaxed);
-    c.pinned += c.pinnedBy[m];
-    c.unpinned += c.unpinnedBy[m];
-  }
-  return c;
-}
-
-const char* HostRuntime::methodName(Method method) {
-  // In Method's order.
-  static constexpr const char* kNames[kMethods] = {
-      "pinThread",    "deviceOf",    "deviceCount", "allocDevice",   "freeDevice",
-      "allocPinned",  "freePinned",  "createStream", "destroyStream", "createEvent",
-      "destroyEvent", "record",      "wait",        "reached",       "captured",
-      "elapsedMs",    "hostFunc",    "copy",        "pack",          "synchronize",
-      "settleFor",    "streamError"};
-  const auto m = static_cast<size_t>(method);
-  return m < kMethods ? kNames[m] : "?";
-}
-
-int HostRuntime::currentDevice() const {
-  auto it = tThread.pinned.find(id_);
-  return it == tThread.pinned.end() ? -1 : it->second;
-}
-
-int HostRuntime::threadsPinnedTo(int device) const {
-  checkDevice(device);
-  std::lock_guard<std::mutex> lock(mu_);
-  return pinCount_[device];
 }
 
 int HostRuntime::deviceOf(const void* ptr) {
@@ -468,81 +327,6 @@ bool HostRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
   return true;
 }
 
-void HostRuntime::hostFunc(Stream stream, void (*fn)(void*), void* arg) {
-  countCall(Method::kHostFunc);
-  std::shared_ptr<const std::function<void()>> before;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    before = beforeHostFunc_;
-  }
-  const int device = streamOf(stream).device;
-  enqueue(stream, Stage::kHostFunc, [this, device, fn, arg, before] {
-    // As CUDA: fn runs on the device's callback thread, and this stream
-    // holds until it returned.
-    struct Call {
-      bool done = false;
-      std::condition_variable returned;
-    };
-    auto call = std::make_shared<Call>();
-    std::unique_lock<std::mutex> lock(mu_);
-    callBackLocked(device, [this, call, fn, arg, before] {
-      if (before) (*before)();
-      fn(arg);
-      std::lock_guard<std::mutex> lock(mu_);
-      call->done = true;
-      call->returned.notify_all();
-    });
-    call->returned.wait(lock, [&] { return call->done; });
-  });
-}
-
-void HostRuntime::callBackLocked(int device, std::function<void()> call) {
-  std::unique_ptr<Callbacks>& c = callbacks_[static_cast<size_t>(device)];
-  if (!c) {
-    c = std::make_unique<Callbacks>();
-    c->thread = std::thread([this, raw = c.get()] {
-      nameThisThread("host-callback");
-      runCallbacks(raw);
-    });
-  }
-  c->queue.push_back(std::move(call));
-  c->work.notify_one();
-}
-
-void HostRuntime::runCallbacks(Callbacks* c) {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    c->work.wait(lock, [&] { return c->stop || !c->queue.empty(); });
-    if (c->queue.empty()) return;  // stopping, nothing left
-    std::function<void()> call = std::move(c->queue.front());
-    c->queue.pop_front();
-    lock.unlock();
-    call();
-    lock.lock();
-  }
-}
-
-void HostRuntime::beforeHostFunctions(std::function<void()> before) {
-  auto hook = before ? std::make_shared<const std::function<void()>>(std::move(before)) : nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
-  beforeHostFunc_ = std::move(hook);
-}
-
-void HostRuntime::beforeWaits(std::function<void(int device)> hook) {
-  auto h = hook ? std::make_shared<const std::function<void(int)>>(std::move(hook)) : nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
-  beforeWait_ = std::move(h);
-}
-
-void HostRuntime::callBeforeWait(int device) {
-  std::shared_ptr<const std::function<void(int)>> hook;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    hook = beforeWait_;
-  }
-  if (hook) (*hook)(device);
-}
-
 void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) {
   countCall(Method::kCopy);
   (void)kind;
@@ -620,25 +404,6 @@ Status HostRuntime::streamError(Stream stream) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   unsafeCallLocked("cudaStreamQuery", false);
   return faults_[s.device];
-}
-
-void HostRuntime::beginCapture(Stream stream, CaptureMode mode) {
-  std::lock_guard<std::mutex> lock(mu_);
-  HostStream& s = streamOf(stream);
-  s.capturing = true;
-  s.captureMode = mode;
-  s.captureOwner = std::this_thread::get_id();
-  s.invalidatedBy.clear();
-}
-
-bool HostRuntime::endCapture(Stream stream, std::string* why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  HostStream& s = streamOf(stream);
-  s.capturing = false;
-  if (why != nullptr) *why = s.invalidatedBy;
-  const bool valid = s.invalidatedBy.empty();
-  s.invalidatedBy.clear();
-  return valid;
 }
 
 bool HostRuntime::idle(int device) const {

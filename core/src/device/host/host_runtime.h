@@ -199,7 +199,7 @@ class HostRuntime final : public Runtime {
   };
   std::map<std::pair<int, Stage>, Injection> injections_;
   // A thread's pinned device and capture mode are thread_local state
-  // (host_runtime.cc), per runtime by id_: a thread id can come back once
+  // (host_threads.cc), per runtime by id_: a thread id can come back once
   // its thread ended, a thread_local cannot.
   const uint64_t id_;
   std::vector<int> pinCount_;
