@@ -453,6 +453,44 @@ TEST(ShmDirect, OneOrdinaryBufferSendsEveryRankThroughTheSlots) {
   });
 }
 
+// Learning where the buffers lie costs ordinary buffers no
+// synchronisation of their own: it is the slots' first step. A buffer of
+// one chunk takes 3 through the slots (step 0, step 1, the end), whether
+// or not the group could reduce in place; 2 direct; and 4 when only some
+// ranks' buffers are in their arenas (those ranks stage their first chunk
+// after the exchange).
+TEST(ShmDirect, OrdinaryBuffersSynchroniseAsOftenAsThroughTheSlotsAlone) {
+  if (const std::string why = noArena(); !why.empty()) GTEST_SKIP() << why;
+  const int n = 2;
+  runWithArgs(n, [&](int rank, const comm::BackendArgs& args) {
+    auto c = comm::shm::createCollectives(args);
+    auto& shm = asShm(*c);
+    const size_t count = comm::shm::kDirectBytes / 4 * 4;  // 64 KiB: one chunk
+    auto synchronisations = [&](bool shareable) {
+      ShareableBuffer block(DataType::kFloat32, count);
+      TypedBuffer plain(DataType::kFloat32, count);
+      TypedBuffer& values = shareable ? block.values : plain;
+      for (size_t i = 0; i < count; ++i) {
+        values.set(i, reduceInput(DataType::kFloat32, ReduceOp::kSum, rank, i));
+      }
+      if (shareable) block.in();
+      const uint32_t before = shm.synchronisations();
+      c->allreduce(shareable ? block.data() : plain.data(), count, DataType::kFloat32,
+                   ReduceOp::kSum);
+      const uint32_t took = shm.synchronisations() - before;
+      if (shareable) block.out();
+      expectElements(values, 0, count, "allreduce", [&](size_t i) {
+        return reduceExpected(DataType::kFloat32, ReduceOp::kSum, n, i);
+      });
+      return took;
+    };
+    EXPECT_EQ(synchronisations(true), 2u) << "direct";
+    EXPECT_EQ(synchronisations(false), 3u) << "every buffer ordinary";
+    EXPECT_EQ(synchronisations(rank == 0), 4u) << "rank 0's buffer in its arena, rank 1's not";
+    EXPECT_EQ(shm.directAllreduces(), 1u);
+  });
+}
+
 TEST(HostLayout, GroupsRanksByKey) {
   auto layout = comm::shm::layoutOf({"a", "b", "a", "b"});
   EXPECT_EQ(layout.hostCount(), 2);

@@ -117,12 +117,12 @@ void Collectives::allreduceScaled(void* buf, size_t count, DataType dtype, Reduc
   } else if (count * es <= std::min(kOneShotBytes, halfBytes_)) {
     oneShotAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
   } else {
-    bool begun = false;
+    Start start = Start::kFresh;
     if (count * es >= kDirectBytes && groupDirect_ != 0) {
-      if (directAllreduce(static_cast<char*>(buf), count, dtype, op, factor)) return;
-      begun = true;
+      start = directAllreduce(static_cast<char*>(buf), count, dtype, op, factor);
+      if (start == Start::kDone) return;
     }
-    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op, factor, begun);
+    pipelinedAllreduce(static_cast<char*>(buf), count, dtype, op, factor, start);
   }
 }
 
@@ -146,8 +146,8 @@ void Collectives::oneShotAllreduce(char* buf, size_t count, DataType dtype, Redu
 // all the buffers in place, and a second synchronisation ends the
 // operation. The slots are not used, so the next operation may rewrite
 // them once every peer completed that second phase.
-bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
-                                  double factor) {
+Collectives::Start Collectives::directAllreduce(char* buf, size_t count, DataType dtype,
+                                                ReduceOp op, double factor) {
   const char* what = "allreduce";
   const int n = group_->size();
   const int me = group_->rank();
@@ -155,16 +155,24 @@ bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, Reduc
   const size_t bytes = count * es;
   begin(what);
   const Arena* arena = group_->arena();
-  group_->setDirectOffset(arena != nullptr ? arena->offsetOf(buf, bytes) : -1);
+  const int64_t mine = arena != nullptr ? arena->offsetOf(buf, bytes) : -1;
+  group_->setDirectOffset(mine);
+  // A buffer outside the arena cannot be reduced in place: stage the first
+  // chunk as the path through the slots does, so that where no rank's
+  // buffer is in its arena that path goes on from this publish and the
+  // exchange costs no synchronisation of its own.
+  if (mine < 0) stageChunk(buf, count, es, 0);
   group_->publish();
   group_->waitAll(group_->phase(), what);
   // Every rank reads the same lines here, so every rank decides the same.
   bool capable = true;
   bool direct = true;
+  bool staged = true;  // every rank staged its first chunk
   std::vector<char*>& at = directAt_;
   for (int r = 0; r < n; ++r) {
     capable = capable && group_->directCapable(r);
     const int64_t offset = group_->directOffsetOf(r);
+    staged = staged && offset < 0;
     const Arena::Mapping& m = group_->arenaOf(r);
     if (offset < 0 || m.base == nullptr || static_cast<size_t>(offset) > m.size ||
         bytes > m.size - static_cast<size_t>(offset)) {
@@ -177,7 +185,7 @@ bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, Reduc
   // When every rank is capable, every rank mapped every arena (at its full
   // size), so `direct` depends only on the offsets all of them read: the
   // same decision everywhere.
-  if (!capable || !direct) return false;
+  if (!capable || !direct) return staged ? Start::kFirstChunkStaged : Start::kBegun;
   // Our part, [p0, p0 + len), of every rank's buffer, in pieces that stay
   // in cache: reduced in rank order into rank 0's buffer (x0 op x1 ...:
   // element i is read before it is written), then copied to the others;
@@ -203,7 +211,7 @@ bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, Reduc
   group_->waitAll(group_->phase(), what);
   slotFree_ = group_->phase();
   ++directAllreduces_;
-  return true;
+  return Start::kDone;
 }
 
 // Step s (0..steps): copy the parts of chunk s that peers reduce into our
@@ -214,36 +222,53 @@ bool Collectives::directAllreduce(char* buf, size_t count, DataType dtype, Reduc
 // half holds part k of its chunk: our input for rank k, or (k == us) our
 // result. The average's multiply rides on the reduction (factor), so no
 // pass over the buffer is added for it.
+Collectives::Pipeline Collectives::pipelineOf(size_t count, size_t es) const {
+  // Whole cache lines per part; a buffer smaller than a chunk is split
+  // evenly so every rank reduces its share.
+  const size_t n = static_cast<size_t>(group_->size());
+  const size_t lineElements = kLine / es;
+  Pipeline p;
+  p.part = std::min(halfBytes_ / n / kLine * kLine / es,
+                    ceilDiv(ceilDiv(count, n), lineElements) * lineElements);
+  p.chunk = p.part * n;
+  p.steps = ceilDiv(count, p.chunk);
+  return p;
+}
+
+void Collectives::stageChunk(const char* buf, size_t count, size_t es, size_t s) {
+  const Pipeline p = pipelineOf(count, es);
+  const int me = group_->rank();
+  const Parts parts(std::min(p.chunk, count - s * p.chunk), p.part);
+  const char* in = buf + s * p.chunk * es;
+  for (int k = 0; k < group_->size(); ++k) {
+    if (k == me) continue;
+    copyBytes(half(me, s % 2) + parts.offset(k) * es, in + parts.offset(k) * es,
+              parts.length(k) * es);
+  }
+}
+
 void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
-                                     double factor, bool begun) {
+                                     double factor, Start start) {
   const char* what = "allreduce";
   const int n = group_->size();
   const int me = group_->rank();
   const size_t es = elementSize(dtype);
-  // Whole cache lines per part; a buffer smaller than a chunk is split
-  // evenly so every rank reduces its share.
-  const size_t lineElements = kLine / es;
-  const size_t part = std::min(halfBytes_ / n / kLine * kLine / es,
-                               ceilDiv(ceilDiv(count, n), lineElements) * lineElements);
-  const size_t chunk = part * n;
-  const size_t steps = ceilDiv(count, chunk);
+  const Pipeline p = pipelineOf(count, es);
+  const size_t part = p.part;
+  const size_t chunk = p.chunk;
+  const size_t steps = p.steps;
   auto chunkLength = [&](size_t s) { return std::min(chunk, count - s * chunk); };
   const bool stream = count * es >= kStreamingBytes;
   const bool ownInPlace = count * es >= kOwnInPlaceBytes;
-  if (!begun) begin(what);
+  if (start == Start::kFresh) begin(what);
   for (size_t s = 0; s <= steps; ++s) {
     const uint32_t h = s % 2;
-    if (s < steps) {
-      const Parts parts(chunkLength(s), part);
-      const char* in = buf + s * chunk * es;
-      for (int k = 0; k < n; ++k) {
-        if (k == me) continue;
-        copyBytes(half(me, h) + parts.offset(k) * es, in + parts.offset(k) * es,
-                  parts.length(k) * es);
-      }
+    // Step 0's chunk staged and published by directAllreduce, every rank's.
+    if (s > 0 || start != Start::kFirstChunkStaged) {
+      if (s < steps) stageChunk(buf, count, es, s);
+      group_->publish();
+      group_->waitAll(group_->phase(), what);
     }
-    group_->publish();
-    group_->waitAll(group_->phase(), what);
     if (s < steps) {
       const Parts parts(chunkLength(s), part);
       const size_t at = parts.offset(me) * es;

@@ -28,7 +28,9 @@
 //                  write per byte of the buffer, against 2 + 2). The ranks
 //                  learn where the buffers are in one synchronisation
 //                  first; when any is not in an arena they go on with the
-//                  slots.
+//                  slots (and where none is, that synchronisation was
+//                  already the slots' first step: a rank whose buffer is
+//                  not in its arena stages its first chunk before it).
 //   reducescatter  the first half of that: each rank reduces its block.
 //   allgatherv, broadcast, alltoallv
 //                  copy in, then every reader copies out, per step.
@@ -103,6 +105,8 @@ class Collectives final : public comm::Collectives {
 
   // Allreduces that reduced the ranks' buffers in place (direct, above).
   uint64_t directAllreduces() const { return directAllreduces_; }
+  // The synchronisations this rank has published so far (tests).
+  uint32_t synchronisations() const { return group_->phase(); }
 
  private:
   // Half h (0 or 1) of rank r's slot.
@@ -113,12 +117,27 @@ class Collectives final : public comm::Collectives {
   void end();
 
   void oneShotAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
-  // begun: begin() was called (by directAllreduce, which fell back).
+  // Where pipelinedAllreduce starts: afresh; after begin() (directAllreduce
+  // fell back); or with step 0's chunk staged and published by every rank
+  // (directAllreduce fell back where no rank's buffer was in its arena).
+  // kDone: directAllreduce reduced in place.
+  enum class Start : uint8_t { kFresh, kBegun, kFirstChunkStaged, kDone };
   void pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor,
-                          bool begun = false);
-  // False, having begun the operation, when some rank's buffer is not in
-  // its arena: then pipelinedAllreduce goes on.
-  bool directAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
+                          Start start);
+  // kDone, or where pipelinedAllreduce goes on when some rank's buffer is
+  // not in its arena.
+  Start directAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op, double factor);
+  // How pipelinedAllreduce cuts count elements of es bytes: chunks of one
+  // part per rank, steps chunks.
+  struct Pipeline {
+    size_t part = 0;
+    size_t chunk = 0;
+    size_t steps = 0;
+  };
+  Pipeline pipelineOf(size_t count, size_t es) const;
+  // Copies the parts of chunk s of buf that the peers reduce into our half
+  // s % 2.
+  void stageChunk(const char* buf, size_t count, size_t es, size_t s);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Group> group_;
