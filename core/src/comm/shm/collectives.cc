@@ -214,14 +214,6 @@ Collectives::Start Collectives::directAllreduce(char* buf, size_t count, DataTyp
   return Start::kDone;
 }
 
-// Step s (0..steps): copy the parts of chunk s that peers reduce into our
-// half s%2, publish, then reduce our part of chunk s from the peers' halves
-// and our buffer into our half (for the peers), from kOwnInPlaceBytes on
-// into our buffer as well in the same pass, and copy the parts of chunk s-1
-// (reduced at the previous step) that are not there yet out. Region k of a
-// half holds part k of its chunk: our input for rank k, or (k == us) our
-// result. The average's multiply rides on the reduction (factor), so no
-// pass over the buffer is added for it.
 Collectives::Pipeline Collectives::pipelineOf(size_t count, size_t es) const {
   // Whole cache lines per part; a buffer smaller than a chunk is split
   // evenly so every rank reduces its share.
@@ -247,6 +239,14 @@ void Collectives::stageChunk(const char* buf, size_t count, size_t es, size_t s)
   }
 }
 
+// Step s (0..steps): copy the parts of chunk s that peers reduce into our
+// half s%2, publish, then reduce our part of chunk s from the peers' halves
+// and our buffer into our half (for the peers), from kOwnInPlaceBytes on
+// into our buffer as well in the same pass, and copy the parts of chunk s-1
+// (reduced at the previous step) that are not there yet out. Region k of a
+// half holds part k of its chunk: our input for rank k, or (k == us) our
+// result. The average's multiply rides on the reduction (factor), so no
+// pass over the buffer is added for it.
 void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, ReduceOp op,
                                      double factor, Start start) {
   const char* what = "allreduce";
