@@ -161,7 +161,7 @@ Collectives::Start Collectives::directAllreduce(char* buf, size_t count, DataTyp
   // chunk as the path through the slots does, so that where no rank's
   // buffer is in its arena that path goes on from this publish and the
   // exchange costs no synchronisation of its own.
-  if (mine < 0) stageChunk(buf, count, es, 0);
+  if (mine < 0) stageChunk(buf, count, es, pipelineOf(count, es), 0);
   group_->publish();
   group_->waitAll(group_->phase(), what);
   // Every rank reads the same lines here, so every rank decides the same.
@@ -227,8 +227,8 @@ Collectives::Pipeline Collectives::pipelineOf(size_t count, size_t es) const {
   return p;
 }
 
-void Collectives::stageChunk(const char* buf, size_t count, size_t es, size_t s) {
-  const Pipeline p = pipelineOf(count, es);
+void Collectives::stageChunk(const char* buf, size_t count, size_t es, const Pipeline& p,
+                             size_t s) {
   const int me = group_->rank();
   const Parts parts(std::min(p.chunk, count - s * p.chunk), p.part);
   const char* in = buf + s * p.chunk * es;
@@ -265,7 +265,7 @@ void Collectives::pipelinedAllreduce(char* buf, size_t count, DataType dtype, Re
     const uint32_t h = s % 2;
     // Step 0's chunk staged and published by directAllreduce, every rank's.
     if (s > 0 || start != Start::kFirstChunkStaged) {
-      if (s < steps) stageChunk(buf, count, es, s);
+      if (s < steps) stageChunk(buf, count, es, p, s);
       group_->publish();
       group_->waitAll(group_->phase(), what);
     }

@@ -135,9 +135,9 @@ class Collectives final : public comm::Collectives {
     size_t steps = 0;
   };
   Pipeline pipelineOf(size_t count, size_t es) const;
-  // Copies the parts of chunk s of buf that the peers reduce into our half
-  // s % 2.
-  void stageChunk(const char* buf, size_t count, size_t es, size_t s);
+  // Copies the parts of chunk s of buf (cut as p) that the peers reduce
+  // into our half s % 2.
+  void stageChunk(const char* buf, size_t count, size_t es, const Pipeline& p, size_t s);
   void checkCounts(const std::vector<size_t>& counts, const char* what) const;
 
   std::unique_ptr<Group> group_;
