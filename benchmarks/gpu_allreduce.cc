@@ -21,8 +21,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "comm/cuda/check.h"
-#include "comm/cuda/memory.h"
+#include "device/cuda/check.h"
+#include "device/cuda/memory.h"
 #include "kolo/engine.h"
 #include "kolo/store.h"
 
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   }
   if (sizes.empty()) sizes = {4, 64u << 20};
   std::string why;
-  if (kolo::comm::cuda::deviceCount(&why) == 0) {
+  if (kolo::device::cuda::deviceCount(&why) == 0) {
     std::fprintf(stderr, "bench_gpu_allreduce: no CUDA device (%s); run it on a GPU machine "
                          "(scripts/gpu-check)\n", why.c_str());
     return 77;

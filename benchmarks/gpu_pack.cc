@@ -33,14 +33,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "comm/cuda/device_set.h"
-#include "comm/cuda/memory.h"
-#include "execution/layout.h"
+#include "device/cuda/memory.h"
+#include "comm/layout.h"
 
 using kolo::DataType;
-using kolo::comm::cuda::CopyDesc;
-using kolo::comm::cuda::CopyTransform;
+using kolo::device::CopyDesc;
+using kolo::device::CopyTransform;
 
 namespace {
 
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     }
   }
   std::string why;
-  if (kolo::comm::cuda::deviceCount(&why) == 0) {
+  if (kolo::device::cuda::deviceCount(&why) == 0) {
     std::fprintf(stderr, "bench_gpu_pack: no CUDA device (%s); run it on a GPU machine "
                          "(scripts/gpu-check)\n", why.c_str());
     return 77;
@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
     KOLO_CUDA_CHECK(cudaMemcpyAsync(other, fused, bytes, cudaMemcpyDeviceToDevice, stream));
   });
   const CopyTransform copy;
-  const CopyTransform scale = kolo::comm::cuda::makeTransform(DataType::kFloat32, 0.5);
-  const CopyTransform unscale = kolo::comm::cuda::makeTransform(DataType::kFloat32, 2.0);
+  const CopyTransform scale = kolo::device::makeTransform(DataType::kFloat32, 0.5);
+  const CopyTransform unscale = kolo::device::makeTransform(DataType::kFloat32, 2.0);
   const double packMs = timeMs(stream, iters, [&] { ctx.batchedCopy(pack, DataType::kFloat32, copy); });
   const double unpackMs =
       timeMs(stream, iters, [&] { ctx.batchedCopy(unpack, DataType::kFloat32, copy); });

@@ -39,7 +39,7 @@
 #include "comm/shm/collectives.h"
 #include "comm/shm/group.h"
 #include "common.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "kolo/shareable.h"
 #include "kolo/store.h"
 

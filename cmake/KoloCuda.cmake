@@ -81,7 +81,7 @@ if(KOLO_WITH_CUDA)
     set(KOLO_WITH_CUDA OFF)
   elseif(CUDAToolkit_VERSION VERSION_LESS 12.1)
     # The pack kernel takes its descriptors as up to 32 KB of kernel
-    # parameters (comm/cuda/batched_copy.cu).
+    # parameters (device/cuda/batched_copy.cu).
     message(FATAL_ERROR "CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR} is older than "
                         "kolo's CUDA path needs (12.1): install CUDA 12.1 or newer, or build "
                         "without it (-DKOLO_WITH_CUDA=OFF)")

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "negotiation/message.h"
+#include "wire/message.h"
 #include "rendezvous/protocol.h"
 #include "wire/wire.h"
 

@@ -34,10 +34,15 @@
 # are configured out here (LibTorch's headers need its libstdc++ build);
 # GCC builds them in the default and torch2 stages.
 #
+# First of all (a second, no build): the layering check
+# (scripts/layering-check.py), which fails when a folder of core/src
+# includes one that lies above it.
+#
 # Prints each failing file with the compiler's first errors or the missing
 # header; exits non-zero if any file fails. About 10 CPU-minutes (5 on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 scripts/layering-check.py
 build_dir=${1:-build/inclcheck}
 cxx=${KOLO_INCLUDE_CHECK_CXX:-clang++-16}
 cc=${cxx/clang++/clang}

@@ -8,7 +8,7 @@
 
 #include "comm/conformance.h"
 #include "comm/test_values.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "kolo/error.h"
 
 namespace kolo::test {

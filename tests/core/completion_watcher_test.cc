@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/completion_watcher.h"
-#include "engine/handle_state.h"
+#include "execution/handle_state.h"
 #include "kolo/engine.h"
 
 namespace kolo {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "device/host/collectives.h"
+#include "comm/host/collectives.h"
 #include "device/host/host_runtime.h"
 
 namespace kolo::device::host {
@@ -51,8 +51,8 @@ TEST(HostRuntime, StreamRunsItsWorkInOrderOnItsOwnThread) {
   Mark first{&log, "first"}, second{&log, "second"};
   rt.hostFunc(s, &mark, &first);
   rt.copy(a, values, sizeof(values), CopyKind::kHostToDevice, s);
-  rt.pack({comm::cuda::CopyDesc{a, a, 4}}, DataType::kInt32,
-          comm::cuda::makeTransform(DataType::kInt32, 3.0), s);
+  rt.pack({device::CopyDesc{a, a, 4}}, DataType::kInt32,
+          device::makeTransform(DataType::kInt32, 3.0), s);
   rt.hostFunc(s, &mark, &second);
   rt.synchronize(s);
   EXPECT_EQ(log.entries, (std::vector<std::string>{"first", "second"}));
@@ -139,9 +139,9 @@ TEST(HostRuntime, AFaultIsStickyAndNothingBehindItRuns) {
   rt.faultAt(0, Stage::kPack, 2, "illegal address in the unpack");
   Log log;
   Mark before{&log, "before"}, after{&log, "after"};
-  rt.pack({comm::cuda::CopyDesc{nullptr, a, 4}}, DataType::kFloat32, {}, s);  // 1st: runs
+  rt.pack({device::CopyDesc{nullptr, a, 4}}, DataType::kFloat32, {}, s);  // 1st: runs
   rt.hostFunc(s, &mark, &before);
-  rt.pack({comm::cuda::CopyDesc{a, a, 4}}, DataType::kFloat32, {}, s);  // 2nd: faults
+  rt.pack({device::CopyDesc{a, a, 4}}, DataType::kFloat32, {}, s);  // 2nd: faults
   rt.hostFunc(s, &mark, &after);
   try {
     rt.synchronize(s);

@@ -146,7 +146,7 @@ TEST(StallInspector, CallsAreReportedAsCallsNotMadeByTheMissingRanks) {
   EXPECT_TRUE(report.shutdown);
   EXPECT_NE(report.shutdownMessage.find("(the process group's timeout)"), std::string::npos)
       << report.shutdownMessage;
-  auto back = StallInspector::decodePending(StallInspector::encode(perRank[0]));
+  auto back = wire::decodePending(wire::encode(perRank[0]));
   EXPECT_EQ(back[0].what, "all_reduce(op=SUM) on float32[4]");
 }
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/handle_state.h"
+#include "execution/handle_state.h"
 #include "engine/tensor_queue.h"
 #include "harness/harness.h"
 #include "kolo/config.h"

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "execution/fusion.h"
-#include "execution/layout.h"
+#include "negotiation/fusion.h"
+#include "comm/layout.h"
 #include "kolo/config.h"
 #include "negotiation/message_table.h"
 #include "negotiation/response_cache.h"

@@ -21,7 +21,7 @@
 #include "comm/cuda/gpu_executor.h"
 #include "comm/select.h"
 #include "device/host/host_runtime.h"
-#include "execution/layout.h"
+#include "comm/layout.h"
 #include "gpu_orchestration_util.h"
 #include "harness/harness.h"
 #include "kolo/engine.h"

@@ -23,7 +23,7 @@
 #include "comm/cuda/gpu_executor.h"
 #include "comm/select.h"
 #include "device/host/host_runtime.h"
-#include "execution/layout.h"
+#include "comm/layout.h"
 #include "gpu_orchestration_util.h"
 #include "harness/harness.h"
 #include "kolo/engine.h"
@@ -100,7 +100,7 @@ void fusedAllreduceAndFriends(int size) {
 }
 
 // A fused allreduce of more tensors than one pack launch holds (1000
-// descriptors, comm/cuda/copy_plan.h), of odd sizes (so each one's offset
+// descriptors, device/copy_plan.h), of odd sizes (so each one's offset
 // in the fusion buffer is padded to 16 bytes) and some empty: the host
 // runtime runs the CUDA runtime's plan launch by launch, chunk by chunk,
 // so a launch split or layout slip shows as a wrong value.
@@ -139,11 +139,11 @@ TEST(GpuOrchestration, FusedAllreduceOfMoreTensorsThanOnePackLaunch) {
     for (const auto& t : tensors) nonEmpty += t->n > 0 ? 1 : 0;
     if (rank == 0) meanPerResponse = nonEmpty / std::max<uint64_t>(stats.responses, 1);
   }, gpuConfig(rt));
-  EXPECT_GT(meanPerResponse.load(), comm::cuda::kMaxDescsPerLaunch);
+  EXPECT_GT(meanPerResponse.load(), device::kMaxDescsPerLaunch);
 }
 
 // GpuExecutor's fused allreduce puts tensor i of its fusion buffer at
-// fusionLayout's offset, a multiple of 16 bytes (execution/layout.h), so no
+// fusionLayout's offset, a multiple of 16 bytes (comm/layout.h), so no
 // tensor takes the kernel's element-by-element path; the planner budgets
 // the padding. Read back from the fusion buffer after the pack (one rank:
 // the buffer holds the packed inputs).

@@ -101,13 +101,13 @@ TEST(Autotuner, ChoosesBetweenFlatAndTwoLevelAllreduceWhereThePlaneCanSwitch) {
 
 TEST(Autotuner, DecisionWireFormatIsChecked) {
   autotune::Decision d{{12345, std::chrono::microseconds(2500), false, true}, true};
-  auto bytes = autotune::encode(d);
-  auto back = autotune::decodeDecision(bytes);
+  auto bytes = wire::encode(d);
+  auto back = wire::decodeDecision(bytes);
   EXPECT_EQ(back.tunables, d.tunables);
   EXPECT_TRUE(back.tunables.hierarchicalAllreduce);
   EXPECT_TRUE(back.final);
   bytes.pop_back();
-  EXPECT_THROW(autotune::decodeDecision(bytes), Internal);
+  EXPECT_THROW(wire::decodeDecision(bytes), Internal);
 }
 
 TEST(Autotune, ManySmallTensorsEndWithTheBestScoredSettingAppliedIdenticallyOnEveryRank) {

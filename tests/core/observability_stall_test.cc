@@ -283,13 +283,13 @@ TEST(StallInspector, JoinedRanksAreNeverMissingAndAgesPickTheOldest) {
   // Already reported: no second warning while the stall lasts.
   EXPECT_TRUE(inspector.analyze(perRank, {false, false, false, true}).warning.empty());
   // Round trip and malformed input.
-  auto back = StallInspector::decodeReport(StallInspector::encode(report));
+  auto back = wire::decodeReport(wire::encode(report));
   EXPECT_EQ(back.warning, report.warning);
   EXPECT_EQ(back.shutdownMessage, report.shutdownMessage);
-  auto bytes = StallInspector::encode(perRank[0]);
-  EXPECT_EQ(StallInspector::decodePending(bytes)[1].name, "b");
+  auto bytes = wire::encode(perRank[0]);
+  EXPECT_EQ(wire::decodePending(bytes)[1].name, "b");
   bytes.pop_back();
-  EXPECT_THROW(StallInspector::decodePending(bytes), Internal);
+  EXPECT_THROW(wire::decodePending(bytes), Internal);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kolo/engine.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo::test {
 

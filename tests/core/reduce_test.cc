@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "execution/executor.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/memory.h"
+#include "device/cuda/memory.h"
 
 namespace {
 
@@ -61,7 +61,7 @@ int main() {
   // A call libkolo_core makes (cudaPointerGetAttributes, then whatever it
   // does on failure) counts as well.
   char host[8];
-  (void)kolo::comm::cuda::deviceOf(host);
+  (void)kolo::device::cuda::deviceOf(host);
   char text[4096];
   report(text, sizeof(text));
   const std::string lines(text);

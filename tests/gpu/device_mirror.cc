@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/select.h"
 #include "gpu_test_util.h"

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "core/ops_util.h"
 #include "gpu_test_util.h"
 #include "harness/harness.h"

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/conformance.h"
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/cuda/gpu_executor.h"
 #include "comm/select.h"
@@ -18,7 +18,7 @@
 #include "gpu_test_util.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo::test {
 namespace {
@@ -67,7 +67,7 @@ void fusedAllreduce(const char* backend, int n, DataType dtype, ReduceOp op, dou
         }
         if (joined) {
           for (size_t i = 0; i < counts[t]; ++i) {
-            const uint64_t bits = comm::cuda::neutralBits(dtype, op);
+            const uint64_t bits = device::neutralBits(dtype, op);
             std::memcpy(static_cast<char*>(x.data()) + i * es, &bits, es);
           }
         } else if (isFloatingPoint(dtype) && counts[t] > 0) {

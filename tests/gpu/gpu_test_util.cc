@@ -2,13 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 
 namespace kolo::test {
 
 std::string noGpuReason() {
   std::string why;
-  return comm::cuda::deviceCount(&why) > 0 ? std::string() : why;
+  return device::cuda::deviceCount(&why) > 0 ? std::string() : why;
 }
 
 DeviceBytes::DeviceBytes(size_t bytes) : bytes_(bytes) {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/cuda/memory.h"
+#include "device/cuda/memory.h"
 
 namespace kolo::test {
 

@@ -11,13 +11,13 @@
 #include <gtest/gtest.h>
 
 #include "comm/conformance.h"
-#include "comm/cuda/copy_plan.h"
+#include "device/copy_plan.h"
 #include "comm/cuda/device_set.h"
 #include "comm/cuda/gpu_ops.h"
-#include "comm/cuda/memory.h"
+#include "device/cuda/memory.h"
 #include "comm/cuda/staged_collectives.h"
 #include "comm/select.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "comm/test_values.h"
 #include "execution/executor.h"
 #include "kolo/build_config.h"
@@ -31,14 +31,14 @@
 namespace kolo::test {
 namespace {
 
-using comm::cuda::CopyDesc;
-using comm::cuda::CopyTransform;
+using device::CopyDesc;
+using device::CopyTransform;
 
 TEST(GpuCopyPlan, ChunksNeverStraddleTensorsAndDropEmptyOnes) {
   char a[1], b[1], c[1];
   const std::vector<CopyDesc> copies = {
       {a, b, 1000}, {a, b, 0}, {nullptr, c, 16384}, {a, c, 16385}};
-  const auto plan = comm::cuda::planCopies(copies, 4, 64 * 1024);  // 16384 floats per chunk
+  const auto plan = device::planCopies(copies, 4, 64 * 1024);  // 16384 floats per chunk
   EXPECT_EQ(plan.chunkElements, 16384u);
   ASSERT_EQ(plan.descs.size(), 3u);
   EXPECT_EQ(plan.descs[0].firstChunk, 0u);
@@ -54,10 +54,10 @@ TEST(GpuCopyPlan, ChunksNeverStraddleTensorsAndDropEmptyOnes) {
 }
 
 TEST(GpuCopyPlan, EmptyPlanLaunchesNothing) {
-  EXPECT_EQ(comm::cuda::planCopies({}, 2).chunks, 0u);
-  EXPECT_TRUE(comm::cuda::planCopies({}, 2).launches.empty());
+  EXPECT_EQ(device::planCopies({}, 2).chunks, 0u);
+  EXPECT_TRUE(device::planCopies({}, 2).launches.empty());
   char a[1];
-  const auto plan = comm::cuda::planCopies({{a, a, 0}, {a, nullptr, 0}}, 8);
+  const auto plan = device::planCopies({{a, a, 0}, {a, nullptr, 0}}, 8);
   EXPECT_EQ(plan.chunks, 0u);
   EXPECT_TRUE(plan.launches.empty());
   EXPECT_TRUE(plan.descs.empty());
@@ -65,12 +65,12 @@ TEST(GpuCopyPlan, EmptyPlanLaunchesNothing) {
 
 TEST(GpuCopyPlan, RejectsBadArguments) {
   char a[1];
-  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 24), InvalidArgument);  // not 16-aligned
-  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 0), InvalidArgument);
-  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 3), InvalidArgument);
-  EXPECT_THROW(comm::cuda::planCopies({{a, nullptr, 1}}, 4), InvalidArgument);
-  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 64, 0), InvalidArgument);
-  EXPECT_THROW(comm::cuda::planCopies({{a, a, 1}}, 4, 64, comm::cuda::kMaxDescsPerLaunch + 1),
+  EXPECT_THROW(device::planCopies({{a, a, 1}}, 4, 24), InvalidArgument);  // not 16-aligned
+  EXPECT_THROW(device::planCopies({{a, a, 1}}, 4, 0), InvalidArgument);
+  EXPECT_THROW(device::planCopies({{a, a, 1}}, 3), InvalidArgument);
+  EXPECT_THROW(device::planCopies({{a, nullptr, 1}}, 4), InvalidArgument);
+  EXPECT_THROW(device::planCopies({{a, a, 1}}, 4, 64, 0), InvalidArgument);
+  EXPECT_THROW(device::planCopies({{a, a, 1}}, 4, 64, device::kMaxDescsPerLaunch + 1),
                InvalidArgument);
 }
 
@@ -79,16 +79,16 @@ TEST(GpuCopyPlan, RejectsBadArguments) {
 // chunk's descriptor and, independently, from 0. Returns, per tensor, how
 // many times each element was covered.
 std::vector<std::vector<int>> coverage(const std::vector<CopyDesc>& copies,
-                                       const comm::cuda::CopyPlan& plan) {
+                                       const device::CopyPlan& plan) {
   std::vector<std::vector<int>> covered(copies.size());
   for (size_t t = 0; t < copies.size(); ++t) covered[t].assign(copies[t].count, 0);
   size_t nextDesc = 0;
-  for (const comm::cuda::CopyLaunch& l : plan.launches) {
+  for (const device::CopyLaunch& l : plan.launches) {
     EXPECT_EQ(l.firstDesc, nextDesc);
     EXPECT_GE(l.numDescs, 1u);
-    EXPECT_LE(l.numDescs, comm::cuda::kMaxDescsPerLaunch);
+    EXPECT_LE(l.numDescs, device::kMaxDescsPerLaunch);
     nextDesc += l.numDescs;
-    const comm::cuda::DeviceCopyDesc* descs = plan.descs.data() + l.firstDesc;
+    const device::DeviceCopyDesc* descs = plan.descs.data() + l.firstDesc;
     EXPECT_EQ(descs[0].firstChunk, 0u) << "each launch numbers its chunks from 0";
     uint64_t expectFirst = 0;
     for (uint32_t i = 0; i < l.numDescs; ++i) {
@@ -98,9 +98,9 @@ std::vector<std::vector<int>> coverage(const std::vector<CopyDesc>& copies,
     EXPECT_EQ(expectFirst, l.chunks);
     uint32_t i = 0;
     for (uint64_t chunk = 0; chunk < l.chunks; ++chunk) {
-      i = comm::cuda::descOfChunk(descs, i, l.numDescs, chunk);
-      EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, l.numDescs, chunk), i) << chunk;
-      const comm::cuda::DeviceCopyDesc& d = descs[i];
+      i = device::descOfChunk(descs, i, l.numDescs, chunk);
+      EXPECT_EQ(device::descOfChunk(descs, 0, l.numDescs, chunk), i) << chunk;
+      const device::DeviceCopyDesc& d = descs[i];
       const uint64_t begin = (chunk - d.firstChunk) * plan.chunkElements;
       const uint64_t n = std::min(plan.chunkElements, d.count - begin);
       // Which tensor: the desc's dst is the tensor's index (see the callers).
@@ -124,14 +124,14 @@ TEST(GpuCopyPlan, LongListsSplitIntoLaunchesCoveringEveryElementOnce) {
     copies.push_back(CopyDesc{t % 5 == 0 ? nullptr : dst, dst, count});
     if (count > 0) ++nonEmpty;
   }
-  const auto plan = comm::cuda::planCopies(copies, 2, 256);  // 128 elements per chunk
+  const auto plan = device::planCopies(copies, 2, 256);  // 128 elements per chunk
   EXPECT_EQ(plan.descs.size(), nonEmpty);
   const size_t launches =
-      (nonEmpty + comm::cuda::kMaxDescsPerLaunch - 1) / comm::cuda::kMaxDescsPerLaunch;
+      (nonEmpty + device::kMaxDescsPerLaunch - 1) / device::kMaxDescsPerLaunch;
   ASSERT_EQ(plan.launches.size(), launches);
   ASSERT_GE(launches, 3u);
   for (size_t l = 0; l + 1 < launches; ++l) {
-    EXPECT_EQ(plan.launches[l].numDescs, comm::cuda::kMaxDescsPerLaunch) << l;
+    EXPECT_EQ(plan.launches[l].numDescs, device::kMaxDescsPerLaunch) << l;
   }
   uint64_t chunks = 0;
   for (const auto& l : plan.launches) chunks += l.chunks;
@@ -154,7 +154,7 @@ TEST(GpuCopyPlan, LongListsSplitIntoLaunchesCoveringEveryElementOnce) {
 
 TEST(GpuCopyPlan, LaunchLimitIsExact) {
   for (uint32_t limit :
-       {1u, 2u, comm::cuda::kSmallDescsPerLaunch, comm::cuda::kMaxDescsPerLaunch}) {
+       {1u, 2u, device::kSmallDescsPerLaunch, device::kMaxDescsPerLaunch}) {
     for (size_t n : {size_t(limit) - 1, size_t(limit), size_t(limit) + 1, 2 * size_t(limit) + 1}) {
       if (n == 0) continue;
       std::vector<CopyDesc> copies;
@@ -162,7 +162,7 @@ TEST(GpuCopyPlan, LaunchLimitIsExact) {
         void* dst = reinterpret_cast<void*>(static_cast<uintptr_t>(t + 1));
         copies.push_back(CopyDesc{dst, dst, t % 3 + 1});
       }
-      const auto plan = comm::cuda::planCopies(copies, 4, 16, limit);  // 4 elements per chunk
+      const auto plan = device::planCopies(copies, 4, 16, limit);  // 4 elements per chunk
       EXPECT_EQ(plan.launches.size(), (n + limit - 1) / limit) << limit << " " << n;
       EXPECT_EQ(plan.launches.back().numDescs, n - (plan.launches.size() - 1) * limit);
       const auto covered = coverage(copies, plan);
@@ -176,15 +176,15 @@ TEST(GpuCopyPlan, LaunchLimitIsExact) {
 TEST(GpuCopyPlan, DescriptorsFitTheKernelParameterSpace) {
   // The tiers the kernel is instantiated for (batched_copy.cu checks the
   // exact parameter sizes at compile time).
-  EXPECT_EQ(comm::cuda::descTier(1), comm::cuda::kSmallDescsPerLaunch);
-  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kSmallDescsPerLaunch),
-            comm::cuda::kSmallDescsPerLaunch);
-  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kSmallDescsPerLaunch + 1),
-            comm::cuda::kMaxDescsPerLaunch);
-  EXPECT_EQ(comm::cuda::descTier(comm::cuda::kMaxDescsPerLaunch), comm::cuda::kMaxDescsPerLaunch);
-  EXPECT_LE(comm::cuda::kMaxDescsPerLaunch * sizeof(comm::cuda::DeviceCopyDesc) +
-                comm::cuda::kKernelParamOverheadBytes,
-            comm::cuda::kMaxKernelParamBytes);
+  EXPECT_EQ(device::descTier(1), device::kSmallDescsPerLaunch);
+  EXPECT_EQ(device::descTier(device::kSmallDescsPerLaunch),
+            device::kSmallDescsPerLaunch);
+  EXPECT_EQ(device::descTier(device::kSmallDescsPerLaunch + 1),
+            device::kMaxDescsPerLaunch);
+  EXPECT_EQ(device::descTier(device::kMaxDescsPerLaunch), device::kMaxDescsPerLaunch);
+  EXPECT_LE(device::kMaxDescsPerLaunch * sizeof(device::DeviceCopyDesc) +
+                device::kKernelParamOverheadBytes,
+            device::kMaxKernelParamBytes);
 }
 
 TEST(GpuCopyPlan, DescOfChunkFindsTheLastDescStartingAtOrBefore) {
@@ -196,39 +196,39 @@ TEST(GpuCopyPlan, DescOfChunkFindsTheLastDescStartingAtOrBefore) {
   const std::vector<std::pair<uint64_t, uint32_t>> cases = {{0, 0}, {1, 1},  {4, 1},   {5, 2},
                                                             {6, 3}, {99, 3}, {100, 4}, {1000, 4}};
   for (const auto& [chunk, want] : cases) {
-    EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, n, chunk), want) << chunk;
+    EXPECT_EQ(device::descOfChunk(descs, 0, n, chunk), want) << chunk;
     for (uint32_t from = 0; from <= want; ++from) {
-      EXPECT_EQ(comm::cuda::descOfChunk(descs, from, n, chunk), want) << chunk << " " << from;
+      EXPECT_EQ(device::descOfChunk(descs, from, n, chunk), want) << chunk << " " << from;
     }
   }
-  EXPECT_EQ(comm::cuda::descOfChunk(descs, 0, 1, 1000), 0u);
+  EXPECT_EQ(device::descOfChunk(descs, 0, 1, 1000), 0u);
 }
 
 TEST(GpuCopyPlan, GridIsOneBlockPerChunkUpToWhatTheDeviceHolds) {
   // H100: 132 SMs of 2048 threads, 8 blocks of 256 threads each.
-  EXPECT_EQ(comm::cuda::copyGridSize(0, 132, 2048), 0u);
-  EXPECT_EQ(comm::cuda::copyGridSize(1, 132, 2048), 1u);
-  EXPECT_EQ(comm::cuda::copyGridSize(1056, 132, 2048), 1056u);
-  EXPECT_EQ(comm::cuda::copyGridSize(1057, 132, 2048), 1056u);
-  EXPECT_EQ(comm::cuda::copyGridSize(uint64_t(1) << 40, 132, 2048), 1056u);
+  EXPECT_EQ(device::copyGridSize(0, 132, 2048), 0u);
+  EXPECT_EQ(device::copyGridSize(1, 132, 2048), 1u);
+  EXPECT_EQ(device::copyGridSize(1056, 132, 2048), 1056u);
+  EXPECT_EQ(device::copyGridSize(1057, 132, 2048), 1056u);
+  EXPECT_EQ(device::copyGridSize(uint64_t(1) << 40, 132, 2048), 1056u);
   // Nonsense attributes still give a valid grid.
-  EXPECT_EQ(comm::cuda::copyGridSize(10, 0, 0), 1u);
-  EXPECT_EQ(comm::cuda::copyGridSize(10, 4, 100), 4u);
+  EXPECT_EQ(device::copyGridSize(10, 0, 0), 1u);
+  EXPECT_EQ(device::copyGridSize(10, 4, 100), 4u);
 }
 
 TEST(GpuCopyTransform, FollowsTheDtype) {
   using Kind = CopyTransform::Kind;
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kFloat16, 0.5).kind, Kind::kScale);
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kFloat32, 1.0).kind, Kind::kCopy);
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt64, 1.0, 4).kind, Kind::kDivide);
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt8, 1.0, 1).kind, Kind::kCopy);
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt32, 0.5).kind, Kind::kScale);
-  EXPECT_EQ(comm::cuda::makeTransform(DataType::kInt16, 1.0, 3).kind, Kind::kDivide);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kBool, 0.5), InvalidArgument);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kInt32, 0.5, 2), InvalidArgument);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kFloat64, 1.0, 2), InvalidArgument);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kBool, 1.0, 2), InvalidArgument);
-  EXPECT_THROW(comm::cuda::makeTransform(DataType::kInt32, 1.0, 0), InvalidArgument);
+  EXPECT_EQ(device::makeTransform(DataType::kFloat16, 0.5).kind, Kind::kScale);
+  EXPECT_EQ(device::makeTransform(DataType::kFloat32, 1.0).kind, Kind::kCopy);
+  EXPECT_EQ(device::makeTransform(DataType::kInt64, 1.0, 4).kind, Kind::kDivide);
+  EXPECT_EQ(device::makeTransform(DataType::kInt8, 1.0, 1).kind, Kind::kCopy);
+  EXPECT_EQ(device::makeTransform(DataType::kInt32, 0.5).kind, Kind::kScale);
+  EXPECT_EQ(device::makeTransform(DataType::kInt16, 1.0, 3).kind, Kind::kDivide);
+  EXPECT_THROW(device::makeTransform(DataType::kBool, 0.5), InvalidArgument);
+  EXPECT_THROW(device::makeTransform(DataType::kInt32, 0.5, 2), InvalidArgument);
+  EXPECT_THROW(device::makeTransform(DataType::kFloat64, 1.0, 2), InvalidArgument);
+  EXPECT_THROW(device::makeTransform(DataType::kBool, 1.0, 2), InvalidArgument);
+  EXPECT_THROW(device::makeTransform(DataType::kInt32, 1.0, 0), InvalidArgument);
 }
 
 // The kernel's neutral fill must write the bytes the CPU executor writes.
@@ -238,7 +238,7 @@ TEST(GpuCopyTransform, NeutralBitsMatchTheCpuExecutor) {
                         ReduceOp::kProduct}) {
       uint64_t cpu = 0;
       fillNeutral(&cpu, 1, dtype, op);
-      const uint64_t bits = comm::cuda::neutralBits(dtype, op);
+      const uint64_t bits = device::neutralBits(dtype, op);
       uint64_t gpu = 0;
       std::memcpy(&gpu, &bits, elementSize(dtype));
       EXPECT_EQ(gpu, cpu) << toString(dtype) << " " << toString(op);
@@ -247,10 +247,10 @@ TEST(GpuCopyTransform, NeutralBitsMatchTheCpuExecutor) {
 }
 
 TEST(GpuBuffers, GrowInLargeSteps) {
-  EXPECT_EQ(comm::cuda::grownCapacity(0, 1), size_t(1) << 20);
-  EXPECT_EQ(comm::cuda::grownCapacity(4 << 20, 100), size_t(4) << 20);
-  EXPECT_EQ(comm::cuda::grownCapacity(4 << 20, (4 << 20) + 1), size_t(6) << 20);
-  EXPECT_EQ(comm::cuda::grownCapacity(4 << 20, 100 << 20), size_t(100) << 20);
+  EXPECT_EQ(device::grownCapacity(0, 1), size_t(1) << 20);
+  EXPECT_EQ(device::grownCapacity(4 << 20, 100), size_t(4) << 20);
+  EXPECT_EQ(device::grownCapacity(4 << 20, (4 << 20) + 1), size_t(6) << 20);
+  EXPECT_EQ(device::grownCapacity(4 << 20, 100 << 20), size_t(100) << 20);
 }
 
 #if KOLO_WITH_NCCL

@@ -8,18 +8,18 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "comm/cuda/device_set.h"
 #include "comm/test_values.h"
-#include "execution/layout.h"
-#include "execution/reduce.h"
+#include "comm/layout.h"
+#include "kernels/reduce.h"
 #include "gpu_test_util.h"
 
 namespace kolo::test {
 namespace {
 
-using comm::cuda::CopyDesc;
-using comm::cuda::CopyTransform;
+using device::CopyDesc;
+using device::CopyTransform;
 
 const std::vector<uint64_t> kMixedCounts = {1, 0, 7, 16384, 16385, 3, 100000, 2, 65536 + 5, 0, 31};
 
@@ -96,8 +96,8 @@ TEST(GpuBatchedCopy, ScaleEveryNumericType) {
                          DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
                          DataType::kInt16, DataType::kInt8, DataType::kUInt8}) {
     for (double scale : {0.5, 0.125, 3.0, 1.0 / 3.0}) {
-      packUnpackRoundTrip(dtype, comm::cuda::makeTransform(dtype, scale),
-                          comm::cuda::makeTransform(dtype, 1.0 / scale), false);
+      packUnpackRoundTrip(dtype, device::makeTransform(dtype, scale),
+                          device::makeTransform(dtype, 1.0 / scale), false);
     }
   }
 }
@@ -106,7 +106,7 @@ TEST(GpuBatchedCopy, DivideIntegerTypes) {
   KOLO_REQUIRE_GPU();
   for (DataType dtype : {DataType::kInt32, DataType::kInt64, DataType::kInt16, DataType::kInt8,
                          DataType::kUInt8}) {
-    packUnpackRoundTrip(dtype, CopyTransform{}, comm::cuda::makeTransform(dtype, 1.0, 3), false);
+    packUnpackRoundTrip(dtype, CopyTransform{}, device::makeTransform(dtype, 1.0, 3), false);
   }
 }
 
@@ -115,8 +115,8 @@ TEST(GpuBatchedCopy, NullSourceFillsNeutralUnscaled) {
   for (DataType dtype : kAllDataTypes) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       CopyTransform pack =
-          comm::cuda::makeTransform(dtype, isFloatingPoint(dtype) ? 0.5 : 1.0);
-      pack.fillBits = comm::cuda::neutralBits(dtype, op);
+          device::makeTransform(dtype, isFloatingPoint(dtype) ? 0.5 : 1.0);
+      pack.fillBits = device::neutralBits(dtype, op);
       packUnpackRoundTrip(dtype, pack, CopyTransform{}, true);
     }
   }
@@ -131,7 +131,7 @@ TEST(GpuBatchedCopy, InPlaceScale) {
   // Start one element in, so the vector body needs a peeled head.
   devices.at(0).batchedCopy({CopyDesc{static_cast<float*>(d.get()) + 1,
                                       static_cast<float*>(d.get()) + 1, host.size() - 1}},
-                            DataType::kFloat32, comm::cuda::makeTransform(DataType::kFloat32, 2.0));
+                            DataType::kFloat32, device::makeTransform(DataType::kFloat32, 2.0));
   devices.at(0).synchronize();
   std::vector<float> got(host.size());
   d.download(got.data());
@@ -161,7 +161,7 @@ void manyTensorsRoundTrip(DataType dtype, const CopyTransform& pack, const CopyT
   }
   const FusionLayout layout = fusionLayout(counts, es, kGpuFusionAlignBytes);
   ASSERT_GT(counts.size() - std::count(counts.begin(), counts.end(), 0u),
-            size_t(2) * comm::cuda::kMaxDescsPerLaunch);
+            size_t(2) * device::kMaxDescsPerLaunch);
 
   std::mt19937 rng(11);
   TypedBuffer input(dtype, dense);
@@ -214,13 +214,13 @@ TEST(GpuBatchedCopy, MoreTensorsThanOneLaunchHoldsEveryTransform) {
     SCOPED_TRACE(toString(dtype));
     manyTensorsRoundTrip(dtype, CopyTransform{}, CopyTransform{}, false);
     CopyTransform fill;
-    fill.fillBits = comm::cuda::neutralBits(dtype, ReduceOp::kMax);
+    fill.fillBits = device::neutralBits(dtype, ReduceOp::kMax);
     manyTensorsRoundTrip(dtype, fill, CopyTransform{}, true);
     if (dtype == DataType::kBool) continue;
-    manyTensorsRoundTrip(dtype, comm::cuda::makeTransform(dtype, 0.5),
-                         comm::cuda::makeTransform(dtype, 3.0), false);
+    manyTensorsRoundTrip(dtype, device::makeTransform(dtype, 0.5),
+                         device::makeTransform(dtype, 3.0), false);
     if (!isFloatingPoint(dtype)) {
-      manyTensorsRoundTrip(dtype, CopyTransform{}, comm::cuda::makeTransform(dtype, 1.0, 3), false);
+      manyTensorsRoundTrip(dtype, CopyTransform{}, device::makeTransform(dtype, 1.0, 3), false);
     }
   }
 }
@@ -232,8 +232,8 @@ TEST(GpuBuffers, FusionBufferIsReusedAndGrowsRarely) {
   void* a = ctx.fusion(1000);
   EXPECT_EQ(ctx.fusion(500), a);
   EXPECT_EQ(ctx.fusion(1 << 20), a);  // within the first 1 MiB grain
-  EXPECT_EQ(comm::cuda::deviceOf(a), 0);
-  EXPECT_EQ(comm::cuda::deviceOf(ctx.staging(10)), -1);  // pinned host memory
+  EXPECT_EQ(device::cuda::deviceOf(a), 0);
+  EXPECT_EQ(device::cuda::deviceOf(ctx.staging(10)), -1);  // pinned host memory
 }
 
 }  // namespace

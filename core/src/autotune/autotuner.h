@@ -28,18 +28,12 @@
 
 #include "kolo/config.h"
 #include "kolo/engine.h"
+#include "wire/tuning.h"
 
 namespace kolo::autotune {
 
-// What rank 0 broadcasts when the tunables change.
-struct Decision {
-  Tunables tunables;
-  bool final = false;  // the tuner converged; no further changes
-};
-
-std::vector<char> encode(const Decision& d);
-// Throws Internal on a malformed message.
-Decision decodeDecision(const std::vector<char>& bytes);
+// What rank 0 broadcasts when the tunables change (encoded in wire/tuning.h).
+using Decision = wire::TuningDecision;
 
 class Autotuner {
  public:

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "kolo/error.h"
 #include "kolo/types.h"
 

@@ -11,7 +11,7 @@
 #include "comm/hierarchical/collectives.h"
 #include "comm/shm/factory.h"
 #include "comm/shm/host.h"
-#include "device/host/collectives.h"
+#include "comm/host/collectives.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
 #if KOLO_WITH_MPI
@@ -196,7 +196,7 @@ std::unique_ptr<Collectives> createGpuCollectives(const std::string& backend,
                       args.localAddress, args.worldRanks};
   gpuArgs.broadcast = args.broadcast;
   if (route.backend == "nccl") {
-    if (host) return std::make_unique<device::host::Collectives>(gpuArgs, std::move(devices), host);
+    if (host) return std::make_unique<comm::host::Collectives>(gpuArgs, std::move(devices), host);
 #if KOLO_WITH_NCCL
     return nccl::createCollectives(gpuArgs, std::move(devices));
 #endif

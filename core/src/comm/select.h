@@ -53,7 +53,7 @@ std::unique_ptr<ControlChannel> createControlPlane(const BackendArgs& args);
 // passed to it are device pointers; its work is ordered on the comm streams
 // of devices, which the engine shares with its cuda::GpuExecutor. Over the
 // host device runtime (devices->runtime() is device::host::HostRuntime)
-// "nccl" is that runtime's device collectives (device/host/collectives.h).
+// "nccl" is that runtime's device collectives (comm/host/collectives.h).
 // Keys go under "gpu/" in args.store, apart from the CPU backend's. Throws
 // InvalidArgument naming KOLO_GPU_OPERATIONS when this build lacks the
 // backend or CUDA.

@@ -9,6 +9,14 @@
 
 namespace kolo {
 
+// "[3,1,4]": a list of numbers (rank lists, split sizes) as messages show it.
+template <typename T>
+std::string bracketed(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 // Lists of up to this many ranks are written out one by one.
 constexpr size_t kRanksListedOneByOne = 8;
 

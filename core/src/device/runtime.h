@@ -50,7 +50,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/cuda/copy_plan.h"
+#include "device/copy_plan.h"
 #include "kolo/error.h"
 #include "kolo/types.h"
 
@@ -104,11 +104,11 @@ class Runtime {
   virtual void hostFunc(Stream stream, void (*fn)(void*), void* arg) = 0;
   // An asynchronous copy of bytes, ordered on stream.
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) = 0;
-  // The batched pack/unpack kernel (comm/cuda/copy_plan.h): one launch that
+  // The batched pack/unpack kernel (device/copy_plan.h): one launch that
   // copies every desc, transformed, ordered on stream. Returns at once; the
   // descriptors need not outlive the call.
-  virtual void pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
-                    const comm::cuda::CopyTransform& transform, Stream stream) = 0;
+  virtual void pack(const std::vector<device::CopyDesc>& copies, DataType dtype,
+                    const device::CopyTransform& transform, Stream stream) = 0;
   // Blocks until stream is idle (see above); throws Internal on a fault.
   virtual void synchronize(Stream stream) = 0;
   // Waits up to limit for stream to run nothing more: true once it is idle

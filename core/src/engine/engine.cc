@@ -5,6 +5,7 @@
 
 #include "common/thread_name.h"
 #include "engine/engine_impl.h"
+#include "wire/start.h"
 
 namespace kolo {
 
@@ -48,45 +49,25 @@ std::string describeSets(const std::vector<std::vector<int>>& sets) {
 // every rank passed the same static process sets (rank 0's list is the
 // reference). Over set 0's control channel, not the store: under plain
 // mpirun each process has a private store.
-struct StartInfo {
-  std::vector<std::string> hosts;  // by rank
-  std::string mismatch;            // empty: every rank passed the same sets
-};
-
-StartInfo exchangeStartInfo(comm::ControlChannel& channel, const Identity& id,
-                            const std::string& host, const std::string& sets) {
-  const std::string mine = host + "\n" + sets;
-  auto gathered = channel.gatherv(std::vector<char>(mine.begin(), mine.end()), 0);
-  std::vector<char> summary;
+wire::StartSummary exchangeStartInfo(comm::ControlChannel& channel, const Identity& id,
+                                     const std::string& host, const std::string& sets) {
+  auto gathered = channel.gatherv(wire::encode(wire::StartRequest{host, sets}), 0);
+  std::vector<char> bytes;
   if (id.rank == 0) {
-    // "<mismatch>\n<host 0>\n<host 1>..."
-    std::string mismatch, hosts;
+    wire::StartSummary summary;
     for (int r = 0; r < id.size; ++r) {
-      const std::string text(gathered[r].begin(), gathered[r].end());
-      const size_t nl = text.find('\n');
-      const std::string theirs = text.substr(nl + 1);
-      if (mismatch.empty() && theirs != sets) {
-        mismatch = "init(process_sets=...): rank " + std::to_string(r) + " passed " + theirs +
-                   " but rank 0 passed " + sets +
-                   "; every rank must pass the same process sets in the same order";
+      wire::StartRequest theirs = wire::decodeStartRequest(gathered[r]);
+      if (summary.mismatch.empty() && theirs.sets != sets) {
+        summary.mismatch = "init(process_sets=...): rank " + std::to_string(r) + " passed " +
+                           theirs.sets + " but rank 0 passed " + sets +
+                           "; every rank must pass the same process sets in the same order";
       }
-      hosts += "\n" + text.substr(0, nl);
+      summary.hosts.push_back(std::move(theirs.host));
     }
-    const std::string all = mismatch + hosts;
-    summary.assign(all.begin(), all.end());
+    bytes = wire::encode(summary);
   }
-  channel.broadcast(summary, 0);
-  StartInfo info;
-  const std::string all(summary.begin(), summary.end());
-  size_t pos = all.find('\n');
-  info.mismatch = all.substr(0, pos);
-  while (pos != std::string::npos) {
-    const size_t next = all.find('\n', pos + 1);
-    info.hosts.push_back(all.substr(pos + 1, next == std::string::npos ? next : next - pos - 1));
-    pos = next;
-  }
-  KOLO_ENFORCE(static_cast<int>(info.hosts.size()) == id.size, "malformed start-up exchange");
-  return info;
+  channel.broadcast(bytes, 0);
+  return wire::decodeStartSummary(bytes, id.size);
 }
 
 }  // namespace
@@ -145,7 +126,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
   if (sets[0]->dataPlaneFellBack && identity.rank == 0) {
     log->warn("cpu data plane: {}", sets[0]->dataPlane);
   }
-  StartInfo start = exchangeStartInfo(sets[0]->controller->channel(), identity, localAddress,
+  wire::StartSummary start = exchangeStartInfo(sets[0]->controller->channel(), identity, localAddress,
                                       describeSets(staticSets));
   if (!start.mismatch.empty()) throw InvalidArgument(start.mismatch);
   hosts = std::move(start.hosts);

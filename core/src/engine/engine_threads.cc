@@ -1,6 +1,6 @@
 // Who runs the engine's cycles: its background loop thread, or a caller
 // waiting for its operation while that thread is idle (driveUntilDone).
-// Either holds the CycleGate (engine/handle_state.h) for each iteration it
+// Either holds the CycleGate (execution/handle_state.h) for each iteration it
 // runs (iterateOnLoop, engine_loop.cc).
 #include <algorithm>
 #include <atomic>

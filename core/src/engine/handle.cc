@@ -5,7 +5,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/handle_state.h"
+#include "execution/handle_state.h"
 #include "engine/spin.h"
 #include "kolo/engine.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/cuda/device_set.h"
-#include "engine/pending.h"
+#include "execution/pending.h"
 #include "execution/executor.h"
 #include "kolo/engine.h"
 #include "negotiation/controller.h"

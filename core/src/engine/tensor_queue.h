@@ -17,7 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/pending.h"
+#include "execution/pending.h"
 
 namespace kolo {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "kolo/error.h"
 
 namespace kolo {

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <limits>
 
-#include "execution/layout.h"
-#include "execution/reduce.h"
+#include "comm/layout.h"
+#include "kernels/reduce.h"
 
 namespace kolo {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "comm/collectives.h"
 #include "execution/adasum.h"
-#include "execution/fusion.h"
+#include "execution/fusion_buffer.h"
 #include "execution/gpu_path.h"
 #include "kolo/engine.h"
-#include "negotiation/message.h"
-#include "engine/pending.h"
+#include "wire/message.h"
+#include "execution/pending.h"
 #include "timeline/timeline.h"
 
 namespace kolo {

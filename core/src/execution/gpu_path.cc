@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "execution/layout.h"
+#include "comm/layout.h"
 #include "kolo/error.h"
 
 namespace kolo {

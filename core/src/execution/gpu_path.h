@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "comm/cuda/gpu_ops.h"
-#include "engine/pending.h"
+#include "execution/pending.h"
 #include "kolo/engine.h"
-#include "negotiation/message.h"
+#include "wire/message.h"
 
 namespace kolo {
 

@@ -4,23 +4,14 @@
 #include <cstring>
 #include <utility>
 
-#include "execution/fusion.h"
+#include "negotiation/fusion.h"
+#include "wire/control.h"
 #include "wire/wire.h"
 
 namespace kolo {
 namespace {
 
-// Status word: each flag is stored inverted so one AND allreduce computes
-// "no rank has X" for every flag along with the cache bits.
-constexpr uint64_t kNoUncached = 1u << 0;
-constexpr uint64_t kNoInvalid = 1u << 1;
-constexpr uint64_t kNoShutdown = 1u << 2;
-constexpr uint64_t kNoAbort = 1u << 3;
-constexpr uint64_t kNoStallCheck = 1u << 4;  // cleared by rank 0 only
-constexpr uint64_t kNoTune = 1u << 5;        // cleared by rank 0 only
-constexpr uint64_t kNoBusy = 1u << 6;        // cleared by a rank with work in any set
-constexpr uint64_t kAllClear =
-    kNoUncached | kNoInvalid | kNoShutdown | kNoAbort | kNoStallCheck | kNoTune | kNoBusy;
+using namespace wire::status;  // the status word (wire/control.h)
 
 size_t cacheWords(int capacity) { return (static_cast<size_t>(capacity) + 63) / 64; }
 
@@ -30,13 +21,6 @@ void setBit(std::vector<uint64_t>& words, size_t offset, int bit) {
 
 bool testBit(const std::vector<uint64_t>& words, size_t offset, int bit) {
   return (words[offset + bit / 64] >> (bit % 64)) & 1u;
-}
-
-// Stop exchange payload: "<flags>\n<message>".
-std::vector<char> encodeStop(const CycleInput& in) {
-  std::string s = std::string(in.abort ? "A" : "-") + (in.shutdown ? "S" : "-") + "\n" +
-                  in.abortMessage;
-  return std::vector<char>(s.begin(), s.end());
 }
 
 }  // namespace
@@ -145,9 +129,9 @@ std::vector<Response> Controller::coordinate(const std::vector<RequestMsg>& mine
 
 autotune::Decision Controller::applyTune(const CycleInput& input, CycleOutput& out) {
   std::vector<char> bytes;
-  if (identity_.rank == 0) bytes = autotune::encode(*input.tune);
+  if (identity_.rank == 0) bytes = wire::encode(*input.tune);
   channel_->broadcast(bytes, 0);
-  autotune::Decision d = autotune::decodeDecision(bytes);
+  autotune::Decision d = wire::decodeDecision(bytes);
   if (tunables_.cacheEnabled && !d.tunables.cacheEnabled) {
     // Emptied, so that no entry from before can hit once it is back on
     // while a peer's request for the same name waits at the coordinator.
@@ -164,40 +148,12 @@ autotune::Decision Controller::applyTune(const CycleInput& input, CycleOutput& o
 }
 
 StopInfo Controller::exchangeStop(const CycleInput& input) {
-  auto gathered = channel_->gatherv(encodeStop(input), 0);
+  auto gathered =
+      channel_->gatherv(wire::encodeStop(input.abort, input.shutdown, input.abortMessage), 0);
   std::vector<char> summary;
-  if (identity_.rank == 0) {
-    // "<rank> <flags>\n<message length>\n<message>" per rank.
-    std::string s;
-    for (int r = 0; r < identity_.size; ++r) {
-      std::string text(gathered[r].begin(), gathered[r].end());
-      auto nl = text.find('\n');
-      std::string flags = text.substr(0, nl);
-      std::string message = nl == std::string::npos ? "" : text.substr(nl + 1);
-      s += std::to_string(r) + " " + flags + "\n" + std::to_string(message.size()) + "\n" +
-           message;
-    }
-    summary.assign(s.begin(), s.end());
-  }
+  if (identity_.rank == 0) summary = wire::encodeStopSummary(gathered);
   channel_->broadcast(summary, 0);
-  StopInfo info;
-  std::string s(summary.begin(), summary.end());
-  size_t pos = 0;
-  for (int r = 0; r < identity_.size && pos < s.size(); ++r) {
-    size_t nl1 = s.find('\n', pos);
-    std::string head = s.substr(pos, nl1 - pos);
-    size_t nl2 = s.find('\n', nl1 + 1);
-    size_t len = std::stoul(s.substr(nl1 + 1, nl2 - nl1 - 1));
-    std::string message = s.substr(nl2 + 1, len);
-    pos = nl2 + 1 + len;
-    std::string flags = head.substr(head.find(' ') + 1);
-    if (flags.size() >= 2 && flags[0] == 'A') {
-      info.abortedRanks.push_back(r);
-      info.abortMessages.push_back(message);
-    }
-    if (flags.size() >= 2 && flags[1] == 'S') info.shutdownRanks.push_back(r);
-  }
-  return info;
+  return wire::decodeStopSummary(summary, identity_.size);
 }
 
 std::vector<MessageTable::Waiting> Controller::waiting() const { return table_.waiting(); }

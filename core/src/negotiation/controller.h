@@ -27,9 +27,10 @@
 #include "comm/control_channel.h"
 #include "kolo/config.h"
 #include "kolo/engine.h"
-#include "negotiation/message.h"
+#include "wire/message.h"
 #include "negotiation/message_table.h"
 #include "negotiation/response_cache.h"
+#include "wire/control.h"
 
 namespace kolo {
 
@@ -47,11 +48,6 @@ struct CycleInput {
 };
 
 // How the job ends when some rank stops (shutdown or abort).
-struct StopInfo {
-  std::vector<int> abortedRanks;
-  std::vector<std::string> abortMessages;  // parallel to abortedRanks
-  std::vector<int> shutdownRanks;
-};
 
 struct CycleOutput {
   std::vector<Response> cached;    // from the cache, fused; run first

@@ -4,15 +4,10 @@
 #include <sstream>
 #include <utility>
 
+#include "common/ranks_text.h"
+
 namespace kolo {
 namespace {
-
-template <typename T>
-std::string bracketed(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 std::string fmtScale(double v) {
   std::ostringstream os;
@@ -118,17 +113,6 @@ std::string findMismatch(const std::string& name,
 }
 
 }  // namespace
-
-std::string describeCall(const Request& q) {
-  std::string s = q.call.empty() ? describe(q.dtype, q.shape)
-                                 : q.call + " on " + describe(q.dtype, q.shape);
-  if (q.device != DeviceKind::kCpu) s += std::string(" (") + toString(q.device) + ")";
-  if (q.op == OpType::kAlltoall && !q.splits.empty()) s += " sending rows " + bracketed(q.splits);
-  if (q.op == OpType::kAlltoall && !q.recvSplits.empty()) {
-    s += " receiving rows " + bracketed(q.recvSplits);
-  }
-  return s;
-}
 
 MessageTable::MessageTable(std::vector<int> ranks, std::string label)
     : size_(static_cast<int>(ranks.size())),

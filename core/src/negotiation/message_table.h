@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "negotiation/message.h"
+#include "wire/message.h"
 
 namespace kolo {
 

@@ -16,57 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxListed = 20;  // tensors named in one message
 
-// Length-prefixed little-endian fields; decoding checks every bound.
-class ByteWriter {
- public:
-  void u32(uint32_t v) { raw(&v, sizeof v); }
-  void i64(int64_t v) { raw(&v, sizeof v); }
-  void str(const std::string& s) {
-    u32(static_cast<uint32_t>(s.size()));
-    raw(s.data(), s.size());
-  }
-  std::vector<char> take() { return std::move(out_); }
-
- private:
-  void raw(const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    out_.insert(out_.end(), c, c + n);
-  }
-  std::vector<char> out_;
-};
-
-class ByteReader {
- public:
-  explicit ByteReader(const std::vector<char>& in) : in_(in) {}
-  uint32_t u32() { return fixed<uint32_t>(); }
-  int64_t i64() { return fixed<int64_t>(); }
-  std::string str() {
-    uint32_t n = u32();
-    need(n);
-    std::string s(in_.data() + pos_, n);
-    pos_ += n;
-    return s;
-  }
-  void done() const {
-    if (pos_ != in_.size()) throw Internal("malformed stall check message: trailing bytes");
-  }
-
- private:
-  template <typename T>
-  T fixed() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, in_.data() + pos_, sizeof v);
-    pos_ += sizeof v;
-    return v;
-  }
-  void need(size_t n) const {
-    if (in_.size() - pos_ < n) throw Internal("malformed stall check message: truncated");
-  }
-  const std::vector<char>& in_;
-  size_t pos_ = 0;
-};
-
 std::string rankList(const std::vector<int>& ranks) { return "[" + joinRanks(ranks) + "]"; }
 
 std::string secondsText(int64_t ms) {
@@ -141,16 +90,16 @@ bool StallInspector::checkDue(Clock::time_point now) {
 StallReport StallInspector::runRound(comm::ControlChannel& channel,
                                      const std::vector<PendingAge>& mine,
                                      const std::vector<bool>& joined) {
-  auto gathered = channel.gatherv(encode(mine), 0);
+  auto gathered = channel.gatherv(wire::encode(mine), 0);
   std::vector<char> report;
   if (rank_ == 0) {
     std::vector<std::vector<PendingAge>> perRank;
     perRank.reserve(gathered.size());
-    for (const auto& bytes : gathered) perRank.push_back(decodePending(bytes));
-    report = encode(analyze(perRank, joined));
+    for (const auto& bytes : gathered) perRank.push_back(wire::decodePending(bytes));
+    report = wire::encode(analyze(perRank, joined));
   }
   channel.broadcast(report, 0);
-  return decodeReport(report);
+  return wire::decodeReport(report);
 }
 
 StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& perRank,
@@ -223,49 +172,6 @@ StallReport StallInspector::analyze(const std::vector<std::vector<PendingAge>>& 
                              secondsText(shutdownTime_.count()) + " (" + shutdownSetting_ +
                              "), shutting down: " + describe(stalled);
   }
-  return report;
-}
-
-std::vector<char> StallInspector::encode(const std::vector<PendingAge>& pending) {
-  ByteWriter w;
-  w.u32(static_cast<uint32_t>(pending.size()));
-  for (const auto& p : pending) {
-    w.str(p.name);
-    w.i64(p.ageMs);
-    w.str(p.what);
-  }
-  return w.take();
-}
-
-std::vector<PendingAge> StallInspector::decodePending(const std::vector<char>& bytes) {
-  ByteReader r(bytes);
-  uint32_t n = r.u32();
-  if (n > bytes.size()) throw Internal("malformed stall check message: bad count");
-  std::vector<PendingAge> out(n);
-  for (auto& p : out) {
-    p.name = r.str();
-    p.ageMs = r.i64();
-    p.what = r.str();
-  }
-  r.done();
-  return out;
-}
-
-std::vector<char> StallInspector::encode(const StallReport& report) {
-  ByteWriter w;
-  w.u32(report.shutdown ? 1 : 0);
-  w.str(report.warning);
-  w.str(report.shutdownMessage);
-  return w.take();
-}
-
-StallReport StallInspector::decodeReport(const std::vector<char>& bytes) {
-  ByteReader r(bytes);
-  StallReport report;
-  report.shutdown = r.u32() != 0;
-  report.warning = r.str();
-  report.shutdownMessage = r.str();
-  r.done();
   return report;
 }
 

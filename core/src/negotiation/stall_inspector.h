@@ -25,22 +25,9 @@
 
 #include "comm/control_channel.h"
 #include "kolo/config.h"
+#include "wire/stall.h"
 
 namespace kolo {
-
-struct PendingAge {
-  std::string name;
-  int64_t ageMs = 0;  // since enqueue on this rank
-  // Requests made through another API's call (Request::call): the call as
-  // reports describe it (describeCall); empty otherwise.
-  std::string what;
-};
-
-struct StallReport {
-  std::string warning;    // empty: nothing new to warn about
-  bool shutdown = false;  // every rank fails with shutdownMessage
-  std::string shutdownMessage;
-};
 
 class StallInspector {
  public:
@@ -64,10 +51,6 @@ class StallInspector {
   StallReport analyze(const std::vector<std::vector<PendingAge>>& perRank,
                       const std::vector<bool>& joined);
 
-  static std::vector<char> encode(const std::vector<PendingAge>& pending);
-  static std::vector<PendingAge> decodePending(const std::vector<char>& bytes);
-  static std::vector<char> encode(const StallReport& report);
-  static StallReport decodeReport(const std::vector<char>& bytes);
 
  private:
   const std::chrono::milliseconds checkTime_;

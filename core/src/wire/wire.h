@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "negotiation/message.h"
+#include "wire/message.h"
 
 namespace kolo::wire {
 

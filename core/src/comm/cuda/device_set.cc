@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "comm/cuda/memory_policy.h"
+#include "device/memory_policy.h"
 #include "common/bounded_call.h"
 #include "kolo/error.h"
 
@@ -64,7 +64,7 @@ DeviceContext::~DeviceContext() {
 
 void* DeviceContext::grow(Buffer& buffer, size_t bytes, bool pinned) {
   if (bytes <= buffer.capacity && buffer.data != nullptr) return buffer.data;
-  const size_t next = grownCapacity(buffer.capacity, std::max<size_t>(bytes, 1));
+  const size_t next = device::grownCapacity(buffer.capacity, std::max<size_t>(bytes, 1));
   freeRetired(/*all=*/false);
   if (buffer.data != nullptr) {
     // Work queued on the stream may still read or write the old block: it
@@ -80,18 +80,18 @@ void* DeviceContext::grow(Buffer& buffer, size_t bytes, bool pinned) {
   return buffer.data;
 }
 
-void DeviceContext::batchedCopy(const std::vector<CopyDesc>& copies, DataType dtype,
-                                const CopyTransform& transform) {
+void DeviceContext::batchedCopy(const std::vector<device::CopyDesc>& copies, DataType dtype,
+                                const device::CopyTransform& transform) {
   bool any = false;
-  for (const CopyDesc& c : copies) any = any || c.count > 0;
+  for (const device::CopyDesc& c : copies) any = any || c.count > 0;
   if (any) runtime_->pack(copies, dtype, transform, stream_);
 }
 
 void DeviceContext::copy(const void* src, void* dst, uint64_t count, DataType dtype,
-                         const CopyTransform& transform) {
+                         const device::CopyTransform& transform) {
   if (count == 0) return;
-  if (transform.kind != CopyTransform::Kind::kCopy || src == nullptr) {
-    batchedCopy({CopyDesc{src, dst, count}}, dtype, transform);
+  if (transform.kind != device::CopyTransform::Kind::kCopy || src == nullptr) {
+    batchedCopy({device::CopyDesc{src, dst, count}}, dtype, transform);
     return;
   }
   if (src == dst) return;

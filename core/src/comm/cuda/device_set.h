@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda/copy_plan.h"
+#include "device/copy_plan.h"
 #include "device/runtime.h"
 #include "kolo/types.h"
 
@@ -85,12 +85,12 @@ class DeviceContext {
 
   // One pack launch on stream(): every copy, transformed (copy_plan.h).
   // Returns without waiting.
-  void batchedCopy(const std::vector<CopyDesc>& copies, DataType dtype,
-                   const CopyTransform& transform);
+  void batchedCopy(const std::vector<device::CopyDesc>& copies, DataType dtype,
+                   const device::CopyTransform& transform);
   // One tensor: a plain asynchronous copy when transform is a copy, else
   // batchedCopy. Returns without waiting.
   void copy(const void* src, void* dst, uint64_t count, DataType dtype,
-            const CopyTransform& transform);
+            const device::CopyTransform& transform);
   // bytes between host and device (staging), ordered on stream().
   void copyAsync(void* dst, const void* src, size_t bytes, device::CopyKind kind);
 

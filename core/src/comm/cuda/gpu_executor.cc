@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "execution/layout.h"
+#include "comm/layout.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::cuda {
@@ -17,7 +17,7 @@ char* at(void* base, uint64_t elements, size_t elementBytes) {
   return static_cast<char*>(base) + elements * elementBytes;
 }
 
-bool isCopy(const CopyTransform& t) { return t.kind == CopyTransform::Kind::kCopy; }
+bool isCopy(const device::CopyTransform& t) { return t.kind == device::CopyTransform::Kind::kCopy; }
 
 // FenceProbe over the device runtime and the executor's collectives, for
 // one device. It holds the collectives weakly: a handle that outlives the
@@ -252,20 +252,20 @@ bool GpuExecutor::captured(int device, void* event) {
 
 GpuExecutor::Finish GpuExecutor::finishFor(DataType dtype, ReduceOp op, double postscale) const {
   const bool floating = isFloatingPoint(dtype);
-  if (op != ReduceOp::kAverage) return {op, makeTransform(dtype, postscale)};
+  if (op != ReduceOp::kAverage) return {op, device::makeTransform(dtype, postscale)};
   // Integer average: an exact truncating division, or with a postscale one
   // multiply by postscale / size in float64 (as the CPU executor does).
-  if (!floating && postscale == 1.0) return {ReduceOp::kSum, makeTransform(dtype, 1.0, size_)};
-  if (!floating) return {ReduceOp::kSum, makeTransform(dtype, postscale / size_)};
-  if (nativeAverage_) return {ReduceOp::kAverage, makeTransform(dtype, postscale)};
-  return {ReduceOp::kSum, makeTransform(dtype, postscale / size_)};
+  if (!floating && postscale == 1.0) return {ReduceOp::kSum, device::makeTransform(dtype, 1.0, size_)};
+  if (!floating) return {ReduceOp::kSum, device::makeTransform(dtype, postscale / size_)};
+  if (nativeAverage_) return {ReduceOp::kAverage, device::makeTransform(dtype, postscale)};
+  return {ReduceOp::kSum, device::makeTransform(dtype, postscale / size_)};
 }
 
 void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors, DataType dtype,
                             ReduceOp op, double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
   const size_t es = elementSize(dtype);
-  const CopyTransform pre = makeTransform(dtype, prescale);
+  const device::CopyTransform pre = device::makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
 
   const bool inPlace = tensors.size() == 1 && tensors[0].input != nullptr;
@@ -293,13 +293,13 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
     }
   } else {
     buf = ctx.fusion(total * es);
-    std::vector<CopyDesc> pack;
+    std::vector<device::CopyDesc> pack;
     pack.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
-      pack.push_back(CopyDesc{tensors[i].input, at(buf, layout.offsets[i], es), tensors[i].count});
+      pack.push_back(device::CopyDesc{tensors[i].input, at(buf, layout.offsets[i], es), tensors[i].count});
     }
-    CopyTransform packTransform = pre;
-    packTransform.fillBits = neutralBits(dtype, op);
+    device::CopyTransform packTransform = pre;
+    packTransform.fillBits = device::neutralBits(dtype, op);
     ctx.batchedCopy(pack, dtype, packTransform);
   }
   mark(device, GpuPhases::kPacked);
@@ -309,17 +309,17 @@ void GpuExecutor::allreduce(int device, const std::vector<DeviceTensor>& tensors
 
   if (inPlace) {
     if (!isCopy(finish.transform) && total > 0) {
-      ctx.batchedCopy({CopyDesc{buf, buf, total}}, dtype, finish.transform);
+      ctx.batchedCopy({device::CopyDesc{buf, buf, total}}, dtype, finish.transform);
     }
     mark(device, GpuPhases::kUnpacked);
     return;
   }
-  std::vector<CopyDesc> unpack;
+  std::vector<device::CopyDesc> unpack;
   unpack.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const DeviceTensor& t = tensors[i];
     if (t.input != nullptr) {
-      unpack.push_back(CopyDesc{at(buf, layout.offsets[i], es), t.output, t.count});
+      unpack.push_back(device::CopyDesc{at(buf, layout.offsets[i], es), t.output, t.count});
     }
   }
   ctx.batchedCopy(unpack, dtype, finish.transform);
@@ -332,7 +332,7 @@ void GpuExecutor::broadcast(int device, const DeviceTensor& tensor, DataType dty
   void* buf = tensor.output;
   if (buf == nullptr) buf = ctx.scratch(tensor.count * es);  // a joined rank
   if (rank_ == root && tensor.input != nullptr && tensor.input != buf && tensor.count > 0) {
-    ctx.copy(tensor.input, buf, tensor.count, dtype, CopyTransform{});
+    ctx.copy(tensor.input, buf, tensor.count, dtype, device::CopyTransform{});
   }
   collectives_->broadcast(buf, tensor.count, dtype, root);
   mark(device, GpuPhases::kReduced);
@@ -367,7 +367,7 @@ void GpuExecutor::reducescatter(int device, const void* in, void* out,
                                 double prescale, double postscale) {
   DeviceContext& ctx = devices_->at(device);
   const size_t es = elementSize(dtype);
-  const CopyTransform pre = makeTransform(dtype, prescale);
+  const device::CopyTransform pre = device::makeTransform(dtype, prescale);
   const Finish finish = finishFor(dtype, op, postscale);
   uint64_t total = 0;
   for (size_t c : counts) total += c;
@@ -375,20 +375,20 @@ void GpuExecutor::reducescatter(int device, const void* in, void* out,
   if (in == nullptr) {
     // A joined rank contributes the identity of op and drops its share.
     void* neutral = ctx.fusion(total * es);
-    CopyTransform fill;
-    fill.fillBits = neutralBits(dtype, op);
-    if (total > 0) ctx.batchedCopy({CopyDesc{nullptr, neutral, total}}, dtype, fill);
+    device::CopyTransform fill;
+    fill.fillBits = device::neutralBits(dtype, op);
+    if (total > 0) ctx.batchedCopy({device::CopyDesc{nullptr, neutral, total}}, dtype, fill);
     in = neutral;
     out = ctx.scratch(mine * es);
   } else if (!isCopy(pre) && total > 0) {
     void* scaled = ctx.scratch(total * es);
-    ctx.batchedCopy({CopyDesc{in, scaled, total}}, dtype, pre);
+    ctx.batchedCopy({device::CopyDesc{in, scaled, total}}, dtype, pre);
     in = scaled;
   }
   collectives_->reducescatter(in, out, counts, dtype, finish.backendOp);
   mark(device, GpuPhases::kReduced);
   if (!isCopy(finish.transform) && mine > 0) {
-    ctx.batchedCopy({CopyDesc{out, out, mine}}, dtype, finish.transform);
+    ctx.batchedCopy({device::CopyDesc{out, out, mine}}, dtype, finish.transform);
   }
 }
 

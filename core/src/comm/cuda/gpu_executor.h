@@ -107,7 +107,7 @@ class GpuExecutor final : public GpuOps {
   // How a reduction with op finishes after the backend call.
   struct Finish {
     ReduceOp backendOp;
-    CopyTransform transform;  // applied to the reduced elements
+    device::CopyTransform transform;  // applied to the reduced elements
   };
   Finish finishFor(DataType dtype, ReduceOp op, double postscale) const;
   // Records phase's timing event when the current response is timed.

@@ -36,7 +36,7 @@ struct DeviceTensor {
 
 // Whether a response's GPU work finished well, asked from any thread by a
 // waiter that polls the done event itself instead of waiting for the
-// completion thread (Handle::wait; engine/handle_state.h).
+// completion thread (Handle::wait; execution/handle_state.h).
 class FenceProbe {
  public:
   virtual ~FenceProbe() = default;

@@ -14,7 +14,7 @@
 
 #include "kolo/error.h"
 #include "comm/tcp/topology.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo::comm::gloo {
 namespace {

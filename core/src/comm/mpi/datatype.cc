@@ -4,7 +4,7 @@
 
 #include "comm/mpi/runtime.h"
 #include "kolo/error.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo::comm::mpi {
 namespace {

@@ -3,8 +3,8 @@
 #include <string>
 #include <utility>
 
-#include "comm/cuda/check.h"
-#include "comm/cuda/memory.h"
+#include "device/cuda/check.h"
+#include "device/cuda/memory.h"
 #include "comm/nccl/layout.h"
 #include "comm/nccl/types.h"
 #include "kolo/error.h"
@@ -65,7 +65,7 @@ Communicator& Collectives::bind(const char* what, const void* a, const void* b) 
   int device = -1;
   for (const void* p : {a, b}) {
     if (p == nullptr) continue;
-    const int d = cuda::deviceOf(p);
+    const int d = device::cuda::deviceOf(p);
     KOLO_CHECK_ARG(d >= 0, std::string("nccl ") + what +
                                ": buffer is host memory; NCCL needs CUDA device memory "
                                "(KOLO_GPU_OPERATIONS=nccl is for CUDA tensors)");

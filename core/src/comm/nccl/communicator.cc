@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/cuda/check.h"
-#include "comm/cuda/memory.h"
+#include "device/cuda/check.h"
+#include "device/cuda/memory.h"
 #include "comm/nccl/types.h"
 #include "common/bounded_call.h"
 #include "kolo/error.h"
@@ -67,7 +67,7 @@ std::unique_ptr<Communicator> Communicator::connect(
                who + ": NCCL id of " + std::to_string(bytes.size()) + " bytes");
   std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
 
-  cuda::useDevice(device);  // the loop thread's device from now on (never restored)
+  device::cuda::useDevice(device);  // the loop thread's device from now on (never restored)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait below is ours, bounded and abortable
   ncclComm_t comm = nullptr;
@@ -118,7 +118,7 @@ bool abortBounded(ncclComm_t comm, int device, std::chrono::milliseconds limit) 
   // exit) instead of hanging shutdown.
   const bool returned = callWithin(limit, [comm, device] {
     try {
-      cuda::useDevice(device);
+      device::cuda::useDevice(device);
     } catch (const std::exception&) {
       // ncclCommAbort makes the device current itself.
     }
@@ -153,7 +153,7 @@ void Communicator::run(const char* what, cudaStream_t stream,
   (void)stream;  // issue() names it; the work stays on it
   std::unique_lock<std::mutex> lock(mu_);
   checkUsable(what);
-  cuda::useDevice(device_);  // the loop thread works on this device
+  device::cuda::useDevice(device_);  // the loop thread works on this device
   const auto deadline = Clock::now() + timeout_;
   const ncclResult_t r = issue();
   if (r != ncclSuccess && r != ncclInProgress) fail(what, describe(r, comm_), false);

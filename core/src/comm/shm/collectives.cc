@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "comm/shm/copy.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::shm {

@@ -5,9 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/batched_copy.h"
-#include "comm/cuda/check.h"
-#include "comm/cuda/memory.h"
+#include "device/cuda/batched_copy.h"
+#include "device/cuda/check.h"
+#include "device/cuda/memory.h"
 
 namespace kolo::device {
 
@@ -57,7 +57,7 @@ void CudaRuntime::pinThread(int device) {
     throw Internal("kolo thread works on cuda:" + std::to_string(tPinned) +
                    " and was asked to switch to cuda:" + std::to_string(device));
   }
-  comm::cuda::useDevice(device);  // a failing cudaSetDevice throws here
+  device::cuda::useDevice(device);  // a failing cudaSetDevice throws here
   // kolo's queries and synchronizes must not break a user's global-mode
   // graph capture on another thread (pytorch's NCCL watchdog hit that).
   cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
@@ -65,7 +65,7 @@ void CudaRuntime::pinThread(int device) {
   tPinned = device;
 }
 
-int CudaRuntime::deviceOf(const void* ptr) { return comm::cuda::deviceOf(ptr); }
+int CudaRuntime::deviceOf(const void* ptr) { return device::cuda::deviceOf(ptr); }
 
 int CudaRuntime::deviceCount() {
   int n = 0;
@@ -113,7 +113,7 @@ bool CudaRuntime::reached(Event event) {
     (void)cudaGetLastError();
     return false;
   }
-  comm::cuda::throwCudaError(err, "cudaEventQuery(event)");
+  device::cuda::throwCudaError(err, "cudaEventQuery(event)");
 }
 
 bool CudaRuntime::captured(Event event) {
@@ -131,7 +131,7 @@ bool CudaRuntime::captured(Event event) {
   }
   // Anything else (a fault, an invalid event) is not "not captured": the
   // caller's error names it.
-  comm::cuda::throwCudaError(err, "cudaEventQuery(ready event)");
+  device::cuda::throwCudaError(err, "cudaEventQuery(ready event)");
 }
 
 bool CudaRuntime::elapsedMs(Event from, Event to, float* ms) noexcept {
@@ -170,21 +170,21 @@ CudaRuntime::DeviceShape CudaRuntime::shapeOf(int device) {
   return shape;
 }
 
-void CudaRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
-                       const comm::cuda::CopyTransform& transform, Stream stream) {
-  const comm::cuda::CopyPlan plan = comm::cuda::planCopies(copies, elementSize(dtype));
+void CudaRuntime::pack(const std::vector<device::CopyDesc>& copies, DataType dtype,
+                       const device::CopyTransform& transform, Stream stream) {
+  const device::CopyPlan plan = device::planCopies(copies, elementSize(dtype));
   if (plan.chunks == 0) return;
   int device = tPinned;
   if (device < 0) KOLO_CUDA_CHECK(cudaGetDevice(&device));
   const DeviceShape shape = shapeOf(device);
-  for (const comm::cuda::CopyLaunch& l : plan.launches) {
-    comm::cuda::LaunchShape launch;
+  for (const device::CopyLaunch& l : plan.launches) {
+    device::cuda::LaunchShape launch;
     launch.descs = plan.descs.data() + l.firstDesc;
     launch.numDescs = l.numDescs;
     launch.chunks = l.chunks;
     launch.chunkElements = plan.chunkElements;
-    launch.grid = comm::cuda::copyGridSize(l.chunks, shape.sms, shape.threadsPerSm);
-    comm::cuda::launchBatchedCopy(launch, dtype, transform, native(stream));
+    launch.grid = device::copyGridSize(l.chunks, shape.sms, shape.threadsPerSm);
+    device::cuda::launchBatchedCopy(launch, dtype, transform, native(stream));
   }
 }
 
@@ -223,7 +223,7 @@ Status CudaRuntime::streamError(Stream stream) noexcept {
     return Status::Ok();
   }
   return Status{ErrorCode::kInternal, "CUDA error on the comm stream: " +
-                                          comm::cuda::describe(err) +
+                                          device::cuda::describe(err) +
                                           " (a kernel faulted; the CUDA context is unusable)"};
 }
 

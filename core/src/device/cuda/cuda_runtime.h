@@ -1,6 +1,6 @@
 // CudaRuntime: device::Runtime over the CUDA runtime API, what users get.
 // Streams and events are the cudaStream_t / cudaEvent_t values themselves;
-// pack() launches comm/cuda/batched_copy.cu with its descriptors as kernel
+// pack() launches device/cuda/batched_copy.cu with its descriptors as kernel
 // parameters: it never waits for the device, records no event and
 // allocates no device memory.
 //
@@ -37,8 +37,8 @@ class CudaRuntime final : public Runtime {
   bool elapsedMs(Event from, Event to, float* ms) noexcept override;
   void hostFunc(Stream stream, void (*fn)(void*), void* arg) override;
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) override;
-  void pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
-            const comm::cuda::CopyTransform& transform, Stream stream) override;
+  void pack(const std::vector<device::CopyDesc>& copies, DataType dtype,
+            const device::CopyTransform& transform, Stream stream) override;
   void synchronize(Stream stream) override;
   bool settleFor(Stream stream, std::chrono::milliseconds limit) noexcept override;
   Status streamError(Stream stream) noexcept override;

@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "common/thread_name.h"
-#include "device/host/collectives.h"
+#include "device/host/clique.h"
 #include "device/host/host_runtime_parts.h"
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 namespace kolo::device::host {
 
@@ -334,24 +334,24 @@ void HostRuntime::copy(void* dst, const void* src, size_t bytes, CopyKind kind, 
   enqueue(stream, Stage::kCopy, [dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
 
-void HostRuntime::pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
-                       const comm::cuda::CopyTransform& transform, Stream stream) {
+void HostRuntime::pack(const std::vector<device::CopyDesc>& copies, DataType dtype,
+                       const device::CopyTransform& transform, Stream stream) {
   countCall(Method::kPack);
-  using Kind = comm::cuda::CopyTransform::Kind;
+  using Kind = device::CopyTransform::Kind;
   // The CUDA runtime's plan, checked at the call as there, and run launch
   // by launch, chunk by chunk, each chunk found as the kernel's blocks find
   // theirs: the orchestration tests run the plan's split and lookup.
-  auto plan = std::make_shared<const comm::cuda::CopyPlan>(
-      comm::cuda::planCopies(copies, elementSize(dtype)));
+  auto plan = std::make_shared<const device::CopyPlan>(
+      device::planCopies(copies, elementSize(dtype)));
   if (plan->chunks == 0) return;
   enqueue(stream, Stage::kPack, [plan, dtype, transform] {
     const size_t es = elementSize(dtype);
-    for (const comm::cuda::CopyLaunch& l : plan->launches) {
-      const comm::cuda::DeviceCopyDesc* descs = plan->descs.data() + l.firstDesc;
+    for (const device::CopyLaunch& l : plan->launches) {
+      const device::DeviceCopyDesc* descs = plan->descs.data() + l.firstDesc;
       uint32_t i = 0;
       for (uint64_t chunk = 0; chunk < l.chunks; ++chunk) {
-        i = comm::cuda::descOfChunk(descs, i, l.numDescs, chunk);
-        const comm::cuda::DeviceCopyDesc& d = descs[i];
+        i = device::descOfChunk(descs, i, l.numDescs, chunk);
+        const device::DeviceCopyDesc& d = descs[i];
         const uint64_t begin = (chunk - d.firstChunk) * plan->chunkElements;
         const uint64_t n = std::min(plan->chunkElements, d.count - begin);
         char* dst = static_cast<char*>(d.dst) + begin * es;

@@ -12,7 +12,7 @@
 //
 // Beyond CUDA: faults can be injected at a stage of a device's work
 // (faultAt), streams can be put into capture mode (beginCapture), and the
-// device collectives of device/host/collectives.h meet in its cliques.
+// device collectives of comm/host/collectives.h meet in its cliques.
 //
 // Threading: every method from any thread.
 #pragma once
@@ -64,8 +64,8 @@ class HostRuntime final : public Runtime {
   bool elapsedMs(Event from, Event to, float* ms) noexcept override;
   void hostFunc(Stream stream, void (*fn)(void*), void* arg) override;
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream stream) override;
-  void pack(const std::vector<comm::cuda::CopyDesc>& copies, DataType dtype,
-            const comm::cuda::CopyTransform& transform, Stream stream) override;
+  void pack(const std::vector<device::CopyDesc>& copies, DataType dtype,
+            const device::CopyTransform& transform, Stream stream) override;
   void synchronize(Stream stream) override;
   bool settleFor(Stream stream, std::chrono::milliseconds limit) noexcept override;
   Status streamError(Stream stream) noexcept override;

@@ -4,10 +4,10 @@
 
 #include <cstddef>
 
-namespace kolo::comm::cuda {
+namespace kolo::device {
 
 // Rounds a request up so that a buffer grows in few, large steps: to a
 // multiple of 1 MiB and at least 1.5x the old capacity.
 size_t grownCapacity(size_t capacity, size_t request);
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device

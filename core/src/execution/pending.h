@@ -5,8 +5,8 @@
 #include <chrono>
 #include <memory>
 
-#include "engine/handle_state.h"
-#include "negotiation/message.h"
+#include "execution/handle_state.h"
+#include "wire/message.h"
 
 namespace kolo {
 

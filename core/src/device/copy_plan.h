@@ -18,7 +18,7 @@
 
 #include "kolo/types.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device {
 
 // One tensor to copy: count elements from src to dst. src == nullptr means
 // "fill dst with the launch's fill value" (a joined rank's neutral element).
@@ -147,4 +147,4 @@ CopyTransform makeTransform(DataType dtype, double scale, int64_t divisor = 1);
 // product, +inf/max for min, -inf/lowest for max; bool: OR/AND identities).
 uint64_t neutralBits(DataType dtype, ReduceOp op);
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device

@@ -1,14 +1,14 @@
-#include "comm/cuda/copy_plan.h"
+#include "device/copy_plan.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
 
-#include "comm/cuda/memory_policy.h"
+#include "device/memory_policy.h"
 #include "kolo/error.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device {
 namespace {
 
 template <typename T>
@@ -130,4 +130,4 @@ size_t grownCapacity(size_t capacity, size_t request) {
   return (wanted + kGrain - 1) / kGrain * kGrain;
 }
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device

@@ -1,10 +1,10 @@
-#include "comm/cuda/memory.h"
+#include "device/cuda/memory.h"
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 
 void useDevice(int device) {
   if (device < 0) return;
@@ -38,4 +38,4 @@ int deviceCount(std::string* why) {
   return n;
 }
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda

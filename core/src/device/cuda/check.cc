@@ -1,8 +1,8 @@
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 
 #include "kolo/error.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 
 std::string describe(cudaError_t err) {
   return std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
@@ -14,4 +14,4 @@ void throwCudaError(cudaError_t err, const char* expr) {
   throw Internal(std::string("CUDA error in ") + expr + ": " + describe(err));
 }
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda

@@ -5,7 +5,7 @@
 // firstChunk, starting from the previous chunk's tensor, then moves up to
 // chunkElements elements with 16-byte vector accesses where the source and
 // destination alignments allow it (head and tail elements one by one).
-#include "comm/cuda/batched_copy.h"
+#include "device/cuda/batched_copy.h"
 
 #include <cstring>
 #include <string>
@@ -13,7 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "comm/cuda/check.h"
+#include "device/cuda/check.h"
 #include "kolo/error.h"
 
 // Up to 32764 bytes of kernel parameters need CUDA 12.1 and sm_70 (Volta).
@@ -24,7 +24,7 @@
 #error "kolo's batched copy needs sm_70 (Volta) or newer: set CMAKE_CUDA_ARCHITECTURES >= 70"
 #endif
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 namespace {
 
 constexpr int kThreads = static_cast<int>(kCopyThreadsPerBlock);
@@ -260,4 +260,4 @@ void launchBatchedCopy(const LaunchShape& shape, DataType dtype, const CopyTrans
                         toString(dtype));
 }
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda

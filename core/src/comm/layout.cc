@@ -1,4 +1,4 @@
-#include "execution/layout.h"
+#include "comm/layout.h"
 
 #include <string>
 

@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 
 [[noreturn]] void throwCudaError(cudaError_t err, const char* expr);
 
@@ -16,12 +16,12 @@ namespace kolo::comm::cuda {
 // device is detected".
 std::string describe(cudaError_t err);
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda
 
 #define KOLO_CUDA_CHECK(expr)                                          \
   do {                                                                 \
     const cudaError_t kolo_cuda_err_ = (expr);                         \
     if (kolo_cuda_err_ != cudaSuccess) {                               \
-      ::kolo::comm::cuda::throwCudaError(kolo_cuda_err_, #expr);       \
+      ::kolo::device::cuda::throwCudaError(kolo_cuda_err_, #expr);     \
     }                                                                  \
   } while (0)

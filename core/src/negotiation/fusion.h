@@ -1,11 +1,12 @@
-// Tensor fusion: which responses share one buffer, and the buffer itself.
+// Tensor fusion: which negotiated responses share one fusion buffer (the
+// coordinator's decision, the same on every rank). The buffer itself is
+// execution/fusion_buffer.h; where each tensor lies in it, comm/layout.h.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "negotiation/message.h"
+#include "wire/message.h"
 
 namespace kolo {
 
@@ -26,7 +27,7 @@ constexpr int64_t kUnfusedTensorBytes = int64_t(1) << 20;
 // scales) into fused responses of at most thresholdBytes each, keeping the
 // first-seen order of each fusion key: CPU responses smaller than
 // kUnfusedTensorBytes, and CUDA responses of any size, counted as their
-// fusedBytes in a buffer laid out by fusionLayout (execution/layout.h), so
+// fusedBytes in a buffer laid out by fusionLayout (comm/layout.h), so
 // the fused buffer never exceeds the threshold. A response larger than the
 // threshold stays alone. Deterministic: every rank computing this on the
 // same input gets the same output. thresholdBytes 0 disables.
@@ -38,19 +39,5 @@ std::vector<Response> fuseResponses(std::vector<Response> responses,
 // copying whole responses first.
 std::vector<Response> fuseResponses(const std::vector<const Response*>& responses,
                                     int64_t thresholdBytes);
-
-// A host buffer allocated once and grown only when a larger fused response
-// arrives (bounded by the fusion threshold), never per step. From the
-// shared arena when there is one (kolo/shareable.h), so the shared-memory
-// plane reduces fused responses in place too.
-class FusionBuffer {
- public:
-  void* data(size_t bytes);
-  size_t capacity() const { return capacity_; }
-
- private:
-  std::shared_ptr<void> data_;
-  size_t capacity_ = 0;
-};
 
 }  // namespace kolo

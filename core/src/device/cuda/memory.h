@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "comm/cuda/memory_policy.h"
+#include "device/memory_policy.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 
 // Makes device current on the calling thread when it is not already
 // (cudaSetDevice; its failure throws Internal). Never restores: kolo's own
@@ -26,4 +26,4 @@ int deviceOf(const void* ptr);
 // (then *why, when given, says what CUDA reported).
 int deviceCount(std::string* why = nullptr);
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda

@@ -1,4 +1,4 @@
-#include "execution/reduce.h"
+#include "kernels/reduce.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,31 +1,11 @@
-#include "execution/fusion.h"
+#include "negotiation/fusion.h"
 
-#include "execution/layout.h"
-#include "kolo/shareable.h"
+#include "comm/layout.h"
 
 #include <map>
 #include <tuple>
 
 namespace kolo {
-
-int64_t Response::totalElements() const {
-  int64_t n = 0;
-  for (const auto& s : shapes) n += numElements(s);
-  return n;
-}
-
-Response Response::withoutTensors() const {
-  Response r;
-  r.kind = kind;
-  r.op = op;
-  r.dtype = dtype;
-  r.device = device;
-  r.reduceOp = reduceOp;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  r.root = root;
-  return r;
-}
 
 namespace {
 
@@ -131,16 +111,6 @@ std::vector<Response> fuseResponses(const std::vector<const Response*>& response
     out.push_back(std::move(f));
   }
   return out;
-}
-
-void* FusionBuffer::data(size_t bytes) {
-  if (bytes > capacity_) {
-    data_.reset();  // the old block goes back first
-    data_ = allocateShareable(bytes);
-    if (data_ == nullptr) data_ = std::shared_ptr<char[]>(new char[bytes]);
-    capacity_ = bytes;
-  }
-  return data_.get();
 }
 
 }  // namespace kolo

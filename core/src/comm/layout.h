@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "negotiation/message.h"
+#include "wire/message.h"
 
 namespace kolo {
 

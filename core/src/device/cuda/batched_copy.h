@@ -11,10 +11,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/cuda/copy_plan.h"
+#include "device/copy_plan.h"
 #include "kolo/types.h"
 
-namespace kolo::comm::cuda {
+namespace kolo::device::cuda {
 
 // One launch of a CopyPlan (CopyLaunch), as the kernel takes it.
 struct LaunchShape {
@@ -32,4 +32,4 @@ struct LaunchShape {
 void launchBatchedCopy(const LaunchShape& shape, DataType dtype, const CopyTransform& transform,
                        cudaStream_t stream);
 
-}  // namespace kolo::comm::cuda
+}  // namespace kolo::device::cuda

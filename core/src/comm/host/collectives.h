@@ -12,7 +12,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,47 +22,13 @@
 #include "comm/backend_args.h"
 #include "comm/collectives.h"
 #include "comm/cuda/device_set.h"
+#include "device/host/clique.h"
 #include "device/host/host_runtime.h"
 
-namespace kolo::device::host {
+namespace kolo::comm::host {
 
-// `size` members run one collective at a time: each contributes its
-// buffers, computes its own result once all have, and leaves once all have
-// computed (so no member overwrites a buffer another still reads).
-class Clique {
- public:
-  struct Part {
-    const void* in = nullptr;
-    void* out = nullptr;
-  };
-  // Computes member `rank`'s result from every member's part into
-  // `result`; run() then copies it to the member's output.
-  using Compute = std::function<void(const std::vector<Part>& parts, std::vector<char>& result)>;
-
-  explicit Clique(int size) : size_(size), parts_(static_cast<size_t>(size)) {}
-  int size() const { return size_; }
-
-  // One collective as member rank; writes `outBytes` of the result to
-  // part.out. Fails (nothing written) when the clique was aborted or a
-  // member did not arrive within timeout (then it aborts the clique).
-  Status run(int rank, Part part, size_t outBytes, const Compute& compute,
-             std::chrono::milliseconds timeout);
-  // Every running and later run() fails with why.
-  void abort(const std::string& why);
-
- private:
-  enum class Phase { kCollect, kCompute, kWrite };
-  bool waitFor(std::unique_lock<std::mutex>& lock, Phase phase,
-               std::chrono::steady_clock::time_point deadline);
-
-  const int size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Phase phase_ = Phase::kCollect;  // guarded by mu_
-  int count_ = 0;                  // guarded by mu_: members done with the phase
-  std::vector<Part> parts_;        // guarded by mu_
-  std::string aborted_;            // guarded by mu_
-};
+using device::host::Clique;
+using device::host::HostRuntime;
 
 class Collectives final : public comm::Collectives {
  public:
@@ -110,4 +75,4 @@ class Collectives final : public comm::Collectives {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
-}  // namespace kolo::device::host
+}  // namespace kolo::comm::host
