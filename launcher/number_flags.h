@@ -1,7 +1,7 @@
 // The checks of kolorun's number flags. CLI11 runs a check on the flag's
-// text before converting it; these replace CLI11's own range checks, whose
-// message writes the largest double out in full ("Value 0 not in range
-// 0.000000 to 17976931348623157...").
+// text before converting it. kolorun uses these, not CLI11's
+// PositiveNumber and Range, whose messages write the largest double out in
+// full ("Value 0 not in range 0.000000 to 17976931348623157...").
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,14 +18,14 @@ enum class Floor { kAny, kZero, kPositive };
 // reads it; give it with option->transform(), which lets it hand CLI11 the
 // value in decimal (CLI11 alone reads "010" as octal). Out of range, or not a
 // whole number: throws UsageError, one line naming the flag as users write
-// it ("-np"), what it accepts and what it got: "-np must be at least 1, got
-// 0". The error leaves app.parse() as it is.
-CLI::Validator wholeFlag(const std::string& flag, long long min = INT_MIN,
-                         long long max = INT_MAX);
+// it ("-np"), what it accepts and what it got ("-np must be at least 1, got
+// 0"); CLI11 lets it out of app.parse() as it is.
+CLI::Validator wholeFlag(const std::string& flag, long long min = INT_MIN, long long max = INT_MAX);
 
 // A finite number at or above floor (kAny: any number, inf and nan
 // included, for flags that validate() checks further), for
-// option->check(): throws UsageError as wholeFlag does ("--start-timeout must be zero or more, got -1").
+// option->check(): throws UsageError as wholeFlag does
+// ("--start-timeout must be zero or more, got -1").
 CLI::Validator numberFlag(const std::string& flag, Floor floor = Floor::kAny);
 
 }  // namespace kolo::launcher
