@@ -13,6 +13,7 @@
 #include "config_file.h"
 #include "horovod_flags.h"
 #include "kolo/build_config.h"
+#include "number_flags.h"
 #include "usage_error.h"
 
 namespace kolo::launcher {
@@ -143,7 +144,7 @@ void addSwitch(CLI::App& app, const std::string& on, const std::string& off,
 
 void addJobFlags(CLI::App& app, Options& o) {
   app.add_option("--num-proc", o.np, "-np N: number of ranks (default: all slots of -H/--hostfile)")
-      ->check(CLI::PositiveNumber)->group("Job");
+      ->transform(wholeFlag("-np", 1))->group("Job");
   app.add_option("-H,--hosts", o.hosts, "host:slots,... ranks per host (default localhost:N)")
       ->group("Job");
   app.add_option("--hostfile", o.hostfile,
@@ -186,32 +187,34 @@ void addJobFlags(CLI::App& app, Options& o) {
 void addElasticFlags(CLI::App& app, Options& o) {
   app.add_option("--min-np,--min-num-proc", o.minNp,
                  "elastic: fewest ranks to keep training with (default -np); below it for "
-                 "--elastic-timeout the job ends")->check(CLI::PositiveNumber)->group("Elastic");
+                 "--elastic-timeout the job ends")
+      ->transform(wholeFlag("--min-np", 1))->group("Elastic");
   app.add_option("--max-np,--max-num-proc", o.maxNp,
                  "elastic: most ranks to grow to when hosts appear (default -np)")
-      ->check(CLI::PositiveNumber)->group("Elastic");
+      ->transform(wholeFlag("--max-np", 1))->group("Elastic");
   app.add_option("--host-discovery-script", o.hostDiscoveryScript,
                  "elastic: shell command printing the available hosts, one 'host:slots' (or "
                  "'host') per line; run every --discovery-interval seconds")
       ->group("Elastic")->excludes("--hosts")->excludes("--hostfile");
   app.add_option("--slots,--slots-per-host", o.slotsPerHost,
                  "elastic: slots of a discovered host printed without ':slots' (default 1)")
-      ->check(CLI::PositiveNumber)->group("Elastic");
+      ->transform(wholeFlag("--slots", 1))->group("Elastic");
   app.add_option("--elastic-timeout", o.elasticTimeoutSeconds,
                  "elastic: seconds to wait for --min-np workers (at the start, or after losing "
                  "workers) before the job ends (default: HOROVOD_ELASTIC_TIMEOUT, else 600)")
-      ->check(CLI::PositiveNumber)
+      ->check(numberFlag("--elastic-timeout", Floor::kPositive))
       ->group("Elastic");
   app.add_option("--reset-limit", o.resetLimit,
                  "elastic: end the job after this many re-formed worlds (default: no limit)")
-      ->check(CLI::NonNegativeNumber)->group("Elastic");
+      ->transform(wholeFlag("--reset-limit", 0))->group("Elastic");
   app.add_option("--blacklist-cooldown-range", o.blacklistCooldownRange,
                  "elastic: MIN MAX seconds; a host whose worker failed takes no new workers "
                  "for MIN*2^(failures-1) seconds, at most MAX (default: never again)")
+      ->check(numberFlag("--blacklist-cooldown-range"))
       ->expected(2)->allow_extra_args(false)->group("Elastic");
   app.add_option("--discovery-interval", o.discoveryIntervalSeconds,
                  "elastic: seconds between runs of --host-discovery-script (default 1)")
-      ->check(CLI::PositiveNumber)->group("Elastic");
+      ->check(numberFlag("--discovery-interval", Floor::kPositive))->group("Elastic");
 }
 
 void addRendezvousFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
@@ -227,15 +230,15 @@ void addRendezvousFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
       ->allow_extra_args(false)
       ->group("Rendezvous");
   app.add_option("--port", o.port, "TCP port of the rendezvous store (default: a free port)")
-      ->check(CLI::Range(1, 65535))->group("Rendezvous");
+      ->transform(wholeFlag("--port", 1, 65535))->group("Rendezvous");
   app.add_option("--start-timeout", o.startTimeoutSeconds,
                  "seconds a running worker may take to reach rendezvous; 0 = no limit "
                  "(default: HOROVOD_START_TIMEOUT, else 30)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(numberFlag("--start-timeout", Floor::kZero))
       ->group("Rendezvous");
   app.add_option("--grace-seconds", o.graceSeconds,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
-      ->check(CLI::NonNegativeNumber)->group("Rendezvous");
+      ->check(numberFlag("--grace-seconds", Floor::kZero))->group("Rendezvous");
   app.add_option("-x,--env", o.exportEnv,
                  "NAME or NAME=VALUE: set/forward this variable to every worker (repeatable)")
       ->allow_extra_args(false)->group("Rendezvous");
@@ -245,7 +248,7 @@ void addRemoteFlags(CLI::App& app, Options& o) {
   app.add_option("--rsh", o.rsh, "remote shell command instead of ssh, run as "
                  "'CMD HOST REMOTE-COMMAND' (environment arrives on its stdin)")->group("Remote");
   app.add_option("-p,--ssh-port", o.sshPort, "ssh port for remote hosts")
-      ->check(CLI::Range(1, 65535))->group("Remote");
+      ->transform(wholeFlag("-p/--ssh-port", 1, 65535))->group("Remote");
   app.add_option("-i,--ssh-identity-file", o.sshIdentity, "ssh identity (private key) file")
       ->group("Remote");
 }
@@ -264,13 +267,12 @@ void addTuningFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
   const std::string tuning = "Tuning";
   app.add_option("--fusion-threshold-mb", o.fusionThresholdMb,
                  "fusion buffer size in MiB (KOLO_FUSION_THRESHOLD, bytes)")
-      ->group(tuning);
+      ->check(numberFlag("--fusion-threshold-mb"))->group(tuning);
   app.add_option("--cycle-time-ms", o.cycleTimeMs, "coordination cycle in ms (KOLO_CYCLE_TIME)")
-      ->group(tuning);
+      ->check(numberFlag("--cycle-time-ms"))->group(tuning);
   app.add_option("--cache-capacity", o.cacheCapacity,
                  "response cache entries, 0 = off (KOLO_CACHE_CAPACITY)")
-      ->check(CLI::NonNegativeNumber)
-      ->group(tuning);
+      ->transform(wholeFlag("--cache-capacity"))->group(tuning);
   addSwitch(app, "--hierarchical-allreduce", "--no-hierarchical-allreduce", o.hierarchicalAllreduce,
             "allreduce across hosts in two levels: shared memory in each host, then across "
             "hosts (KOLO_HIERARCHICAL_ALLREDUCE=1)",
@@ -293,16 +295,16 @@ void addTuningFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
       ->group(tuning);
   app.add_option("--autotune-warmup-samples", o.autotuneWarmupSamples,
                  "samples discarded after each change (KOLO_AUTOTUNE_WARMUP_SAMPLES)")
-      ->group(tuning);
+      ->transform(wholeFlag("--autotune-warmup-samples"))->group(tuning);
   app.add_option("--autotune-steps-per-sample", o.autotuneStepsPerSample,
                  "accepted for horovodrun's sake, with a notice")
-      ->group(tuning);
+      ->transform(wholeFlag("--autotune-steps-per-sample"))->group(tuning);
   app.add_option("--autotune-bayes-opt-max-samples", o.autotuneBayesOptMaxSamples,
                  "accepted for horovodrun's sake, with a notice")
-      ->group(tuning);
+      ->transform(wholeFlag("--autotune-bayes-opt-max-samples"))->group(tuning);
   app.add_option("--autotune-gaussian-process-noise", o.autotuneGaussianProcessNoise,
                  "accepted for horovodrun's sake (in [0, 1]), with a notice")
-      ->group(tuning);
+      ->check(numberFlag("--autotune-gaussian-process-noise"))->group(tuning);
   app.add_option("--log-level", h.logLevel,
                  "worker log level (KOLO_LOG_LEVEL): "
                  "trace|debug|info|warning|error|off or Horovod's TRACE|...|FATAL")
@@ -321,18 +323,18 @@ void addTuningFlags(CLI::App& app, Options& o, HorovodSpellings& h) {
             tuning, "keep the stall check on (the default)");
   app.add_option("--stall-check-warning-time-seconds", o.stallCheckWarningSeconds,
                  "warn when ranks stall this long, 0 = off (KOLO_STALL_CHECK_TIME)")
-      ->group(tuning);
+      ->check(numberFlag("--stall-check-warning-time-seconds"))->group(tuning);
   app.add_option("--stall-check-shutdown-time-seconds", o.stallCheckShutdownSeconds,
                  "fail the job after a stall this long, 0 = off; as in Horovod, only when "
                  "longer than the warning time (KOLO_STALL_SHUTDOWN_TIME)")
-      ->group(tuning);
+      ->check(numberFlag("--stall-check-shutdown-time-seconds"))->group(tuning);
   app.add_option("--timeout-seconds", o.timeoutSeconds,
                  "declare a silent peer failed after this long (KOLO_TIMEOUT)")
-      ->group(tuning);
+      ->check(numberFlag("--timeout-seconds"))->group(tuning);
   app.add_option("--gloo-timeout-seconds", o.glooTimeoutSeconds,
                  "Horovod's bound on Gloo operations: KOLO_TIMEOUT, which bounds every wait "
                  "(--timeout-seconds wins)")
-      ->group(tuning);
+      ->check(numberFlag("--gloo-timeout-seconds"))->group(tuning);
 }
 
 void addLibraryFlags(CLI::App& app, Options& o) {
@@ -349,10 +351,10 @@ void addLibraryFlags(CLI::App& app, Options& o) {
   app.add_flag("--tcp", o.tcp, "TCP only: NCCL_IB_DISABLE=1 for every worker")->group(library);
   app.add_option("--num-nccl-streams", o.numNcclStreams,
                  "accepted for horovodrun's sake (one stream per GPU in kolo), with a notice")
-      ->group(library);
+      ->transform(wholeFlag("--num-nccl-streams"))->group(library);
   app.add_option("--thread-affinity", o.threadAffinity,
                  "accepted for horovodrun's sake (kolo does not pin threads), with a notice")
-      ->group(library);
+      ->transform(wholeFlag("--thread-affinity"))->group(library);
 }
 
 // Binds every flag to `o`, or to `h` for those horovodrun spells its own

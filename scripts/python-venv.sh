@@ -46,9 +46,12 @@ base_python=${KOLO_BASE_PYTHON:-/usr/bin/python3}
 # (as Horovod; kolo falls back to pickle without it); Ray for kolo.ray and
 # tests/ray (optional for users: pip install "kolo[ray]"); PySpark for
 # kolo.spark and tests/spark (optional: pip install "kolo[spark]"; it runs
-# on Debian's OpenJDK, which install-deps.sh installs).
+# on Debian's OpenJDK, which install-deps.sh installs); Hugging Face
+# Accelerate and PyTorch Lightning for tests/c10d/frameworks (a user needs
+# neither; docs/guides/torch-distributed.md).
 packages=("torch==$torch_version" "scikit-build-core>=0.10" "pybind11>=2.10" numpy pytest
-          cloudpickle "ray[train]==2.60.0" "pyspark[sql]==4.3.0")
+          cloudpickle "ray[train]==2.60.0" "pyspark[sql]==4.3.0" "accelerate==1.15.0"
+          "lightning==2.6.6")
 
 # ready DIR: exit 0 when DIR's python has torch==$torch_version and the
 # tools (read from the installed metadata, without importing torch); 3 and
@@ -64,7 +67,8 @@ if have != want:
     print("python-venv.sh: %s has torch %s, not %s: use another DIR or delete this one"
           % (sys.prefix, have, want))
     sys.exit(3)
-for name in ("scikit-build-core", "pybind11", "numpy", "pytest", "cloudpickle", "ray", "pyspark"):
+for name in ("scikit-build-core", "pybind11", "numpy", "pytest", "cloudpickle", "ray", "pyspark",
+             "accelerate", "lightning"):
     metadata.version(name)
 EOF
 }

@@ -183,15 +183,44 @@ def test_all_gather_into_tensor(rank, size):
             compare(call, expected, "all_gather_into_tensor %s stacked=%s" % (shape, stacked))
 
 
-def test_all_gather_coalesced(rank, size):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16, torch.complex64],
+                         ids=str)
+def test_all_gather_coalesced(dtype, rank, size):
+    """torch's layout: output_tensor_lists[r][i] gets rank r's input i; inputs
+    of several shapes, an empty one among them."""
+    shapes = [(2,), (3, 1), (0,), ()]
+
     def call(group):
-        ins = [contribution(rank, torch.float32, (2,)), contribution(rank, torch.float32, (3, 1))]
-        outs = [[torch.zeros_like(t) for _ in range(size)] for t in ins]
+        ins = [contribution(rank, dtype, s, seed=i) for i, s in enumerate(shapes)]
+        outs = [[torch.full_like(t, 7) for t in ins] for _ in range(size)]
         dist.all_gather_coalesced(outs, ins, group=group)
-        return [t for lst in outs for t in lst]
-    expected = everyone(size, torch.float32, (2,)) + everyone(size, torch.float32, (3, 1))
+        return [t for per_rank in outs for t in per_rank]
+    expected = [contribution(r, dtype, s, seed=i) for r in range(size) for i, s in enumerate(shapes)]
     with _quiet():
-        compare(call, expected, "all_gather_coalesced")
+        assert compare(call, expected, "all_gather_coalesced %s" % dtype) == "gloo"
+
+
+def test_all_gather_coalesced_refuses_what_gloo_refuses(rank, size):
+    ins = [contribution(rank, torch.float32, (2,)), contribution(rank, torch.float32, (3,))]
+    layouts = {
+        "no inputs": ([], [[] for _ in range(size)]),
+        # One list per input (each holding one tensor per rank) is not torch's layout.
+        "one list per input": (ins, [[torch.zeros_like(t) for _ in range(size)] for t in ins]),
+        "a list short": (ins, [[torch.zeros_like(t) for t in ins] for _ in range(size - 1)]),
+        "a wrong shape": (ins, [[torch.zeros(5) for _ in ins] for _ in range(size)]),
+        "a wrong dtype": (ins, [[torch.zeros_like(t, dtype=torch.float64) for t in ins]
+                                for _ in range(size)]),
+    }
+    for what, (inputs, outputs) in layouts.items():
+        with _quiet():
+            ok, why = gloo_supports(lambda g: dist.all_gather_coalesced(outputs, inputs, group=g))
+            assert not ok, "gloo took %s" % what
+            if not inputs:  # torch 2.x's dispatcher refuses it before any backend sees it
+                with pytest.raises((ValueError, NotImplementedError)):
+                    dist.all_gather_coalesced(outputs, inputs, group=KOLO)
+                continue
+            with pytest.raises(ValueError, match="all_gather_coalesced"):
+                dist.all_gather_coalesced(outputs, inputs, group=KOLO)
 
 
 @pytest.mark.parametrize("op", ["SUM", "MAX", "AVG", "PRODUCT"])

@@ -119,6 +119,21 @@ def test_ddp(case, rank):
     both(lambda group: train_ddp(group, rank, **kwargs), "DDP " + case, tol)
 
 
+def test_the_backend_is_named_kolo_where_torch_asks_it():
+    """dist.get_backend() and the backend's own name say kolo. torch 2.x's
+    ProcessGroup names only torch's own backends: DDP's logging data and
+    group.name() say "custom" for every registered one (the torch-distributed
+    guide says so; this fails when torch changes it)."""
+    assert dist.get_backend(KOLO) == "kolo"
+    logged = DDP(model(), process_group=KOLO)._get_ddp_logging_data()["backend_name"]
+    if TORCH2:
+        assert KOLO._get_backend(torch.device("cpu")).name() == "kolo"
+        assert (logged, KOLO.name()) == ("custom", "custom")
+        assert DDP(model(), process_group=GLOO)._get_ddp_logging_data()["backend_name"] == "gloo"
+    else:
+        assert (logged, KOLO.name()) == ("kolo", "kolo")
+
+
 def test_ddp_join_with_uneven_inputs(rank, size):
     def run(group):
         net = DDP(model(), process_group=group)

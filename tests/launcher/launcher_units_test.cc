@@ -187,7 +187,7 @@ TEST(CommandLine, NormalizeOnlyTouchesKolorunsOwnFlags) {
 TEST(CommandLine, BadInputIsOneLineWithAHint) {
   EXPECT_NE(parseError({"-np", "2"}).find("no program"), std::string::npos);
   EXPECT_NE(parseError({"prog"}).find("-np"), std::string::npos);
-  EXPECT_NE(parseError({"-np", "0", "prog"}).find("--help"), std::string::npos);
+  EXPECT_NE(parseError({"-np", "2", "--bogus-value", "prog"}).find("--help"), std::string::npos);
   if (!KOLO_WITH_MPI) {
     EXPECT_NE(parseError({"-np", "2", "--mpi", "prog"}).find("--mpi is not available"),
               std::string::npos);
@@ -201,6 +201,68 @@ TEST(CommandLine, BadInputIsOneLineWithAHint) {
   for (const auto& e : {parseError({"-np", "2"}), parseError({"--log-level", "loud", "prog"})}) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
+}
+
+// Every number flag refuses a value out of its range, a non-number and a
+// number too large for it in one line that names the flag as users write it
+// and what it accepts (not CLI11's "Value 0 not in range 0.000000 to
+// 1797693134862315708...", the largest double written out).
+TEST(CommandLine, NumberFlagsSayWhatTheyAccept) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-np", "0"}, "-np must be at least 1, got 0"},
+      {{"-np", "-1"}, "-np must be at least 1, got -1"},
+      {{"--num-proc", "abc"}, "-np must be a whole number, got abc"},
+      {{"-np", "2.5"}, "-np must be a whole number, got 2.5"},
+      {{"-np", "99999999999"}, "-np must be at most 2147483647, got 99999999999"},
+      {{"-np", "99999999999999999999999"}, "-np must be at most 2147483647"},
+      {{"--min-np", "0"}, "--min-np must be at least 1, got 0"},
+      {{"--max-np", "-4"}, "--max-np must be at least 1, got -4"},
+      {{"--slots", "0"}, "--slots must be at least 1, got 0"},
+      {{"--reset-limit", "-1"}, "--reset-limit must be zero or more, got -1"},
+      {{"--elastic-timeout", "0"}, "--elastic-timeout must be positive, got 0"},
+      {{"--elastic-timeout", "inf"}, "--elastic-timeout must be a finite number, got inf"},
+      {{"--discovery-interval", "-1"}, "--discovery-interval must be positive, got -1"},
+      {{"--blacklist-cooldown-range", "soon", "5"},
+       "--blacklist-cooldown-range must be a number, got soon"},
+      {{"--port", "0"}, "--port must be from 1 to 65535, got 0"},
+      {{"--port", "70000"}, "--port must be from 1 to 65535, got 70000"},
+      {{"-p", "-5"}, "-p/--ssh-port must be from 1 to 65535, got -5"},
+      {{"--start-timeout", "-1"}, "--start-timeout must be zero or more, got -1"},
+      {{"--start-timeout", "nan"}, "--start-timeout must be a finite number, got nan"},
+      {{"--start-timeout", "1e400"}, "--start-timeout must be a finite number, got 1e400"},
+      {{"--start-timeout", "later"}, "--start-timeout must be a number, got later"},
+      {{"--grace-seconds", "-2"}, "--grace-seconds must be zero or more, got -2"},
+      {{"--fusion-threshold-mb", "big"}, "--fusion-threshold-mb must be a number, got big"},
+      {{"--cycle-time-ms", "-1"}, "--cycle-time-ms must be zero or more, got -1"},
+      {{"--cache-capacity", "-1"}, "--cache-capacity must be zero or more, got -1"},
+      {{"--cache-capacity", "1e20"}, "--cache-capacity must be a whole number, got 1e20"},
+      {{"--autotune-warmup-samples", "99999999999"},
+       "--autotune-warmup-samples must be at most 2147483647"},
+      {{"--autotune-bayes-opt-max-samples", "x"},
+       "--autotune-bayes-opt-max-samples must be a whole number, got x"},
+      {{"--stall-check-warning-time-seconds", "x"},
+       "--stall-check-warning-time-seconds must be a number, got x"},
+      {{"--stall-check-shutdown-time-seconds", "-1"},
+       "--stall-check-shutdown-time-seconds must be zero or more, got -1"},
+      {{"--timeout-seconds", "soon"}, "--timeout-seconds must be a number, got soon"},
+      {{"--gloo-timeout-seconds", "-1"}, "--gloo-timeout-seconds must be positive, got -1"},
+      {{"--num-nccl-streams", "1.5"}, "--num-nccl-streams must be a whole number, got 1.5"},
+      {{"--thread-affinity", "99999999999"}, "--thread-affinity must be at most 2147483647"},
+  };
+  for (const auto& [flags, expect] : cases) {
+    std::vector<std::string> args = flags;
+    if (flags.front() != "-np" && flags.front() != "--num-proc") {
+      args.insert(args.begin(), {"-np", "2"});
+    }
+    args.push_back("prog");
+    const std::string e = parseError(args);
+    EXPECT_EQ(e.rfind(expect, 0), 0u) << flags.front() << ": " << e;
+    EXPECT_LT(e.size(), 120u) << e;
+    EXPECT_EQ(e.find("not in range"), std::string::npos) << e;
+  }
+  // Decimal, as horovodrun's int() reads it (CLI11 alone reads 010 as octal 8).
+  EXPECT_EQ(parse({"-np", "010", "prog"}).np, 10);
+  EXPECT_EQ(parse({"--port", "+8080", "-np", "1", "prog"}).port, 8080);
 }
 
 TEST(TuningEnv, FlagsMapToKoloVariables) {

@@ -76,21 +76,42 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists, std::vector<at::Tensor>& inputTensors,
     const ::c10d::AllgatherOptions&) {
   const std::string call = "all_gather_coalesced";
+  const size_t inputs = inputTensors.size();
   return run(call, OpType::ALLGATHER_COALESCED, [&](C10dCall& c) {
-    KOLO_CHECK_ARG(!inputTensors.empty() && outputTensorLists.size() == inputTensors.size(),
-                   call + ": expected one list of outputs per input tensor");
-    for (size_t i = 0; i < inputTensors.size(); ++i) {
+    KOLO_CHECK_ARG(inputs > 0, call + ": needs at least one input tensor");
+    KOLO_CHECK_ARG(static_cast<int>(outputTensorLists.size()) == getSize(),
+                   call + ": expected one list of outputs per rank (" +
+                       std::to_string(getSize()) + "), each with one tensor per input, got " +
+                       std::to_string(outputTensorLists.size()));
+    for (size_t r = 0; r < outputTensorLists.size(); ++r) {
+      KOLO_CHECK_ARG(outputTensorLists[r].size() == inputs,
+                     call + ": output list " + std::to_string(r) + " needs one tensor per input (" +
+                         std::to_string(inputs) + "), got " +
+                         std::to_string(outputTensorLists[r].size()));
+    }
+    for (size_t i = 0; i < inputs; ++i) {
       const at::Tensor& in = inputTensors[i];
       detail::checkCallTensor(in, call);
-      KOLO_CHECK_ARG(static_cast<int>(outputTensorLists[i].size()) == getSize(),
-                     call + ": output list " + std::to_string(i) + " needs " +
-                         std::to_string(getSize()) + " tensors");
-      detail::checkShapes(outputTensorLists[i], in.sizes(), call, "output tensor");
+      // Input i's block from each rank r lands in outputTensorLists[r][i].
+      std::vector<at::Tensor> blocks;
+      for (size_t r = 0; r < outputTensorLists.size(); ++r) {
+        const at::Tensor& out = outputTensorLists[r][i];
+        const std::string where = "output_tensor_lists[" + std::to_string(r) + "][" +
+                                  std::to_string(i) + "]";
+        detail::checkCallTensor(out, call);
+        KOLO_CHECK_ARG(out.sizes() == in.sizes() && out.scalar_type() == in.scalar_type(),
+                       call + ": " + where + " is " + c10::toString(out.scalar_type()) +
+                           c10::str(out.sizes()) + ", expected input " + std::to_string(i) +
+                           "'s " + c10::toString(in.scalar_type()) + c10::str(in.sizes()));
+        blocks.push_back(out);
+      }
       at::Tensor gathered = at::empty({getSize(), in.numel()}, in.options());
       c.add(kolo::OpType::kAllgather, realView(in.contiguous()).unsqueeze(0), at::Tensor(), call);
       c.land(realView(gathered));
-      c.thenCopyRows(gathered, outputTensorLists[i]);
-      c.outputs.insert(c.outputs.end(), outputTensorLists[i].begin(), outputTensorLists[i].end());
+      c.thenCopyRows(gathered, blocks);
+    }
+    for (const auto& list : outputTensorLists) {
+      c.outputs.insert(c.outputs.end(), list.begin(), list.end());
     }
   });
 }

@@ -336,13 +336,14 @@ class _DistributedMixin:
         optimizer's local step, the change is combined over ranks with
         Adasum, and the parameter becomes its value before the step plus that
         combination. Parameters without a gradient step on zeros, so every
-        rank submits every parameter."""
+        rank submits every parameter. torch's step hooks run once, around
+        all of it (see DistributedOptimizer)."""
         with torch.no_grad():
             for p in self._kolo_params:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
             start = [p.detach().clone() for p in self._kolo_params]
-        super().step()
+        self._kolo_local_step()
         inflight = []
         with torch.no_grad():
             for p, p0 in zip(self._kolo_params, start):
@@ -369,7 +370,7 @@ class _DistributedMixin:
             with torch.enable_grad():
                 loss = closure()
         if self._kolo_delta:
-            self._kolo_adasum_step()
+            self._kolo_hooked_adasum_step()
             return loss
         if self._kolo_should_sync:
             if self._kolo_synchronized:
@@ -378,8 +379,26 @@ class _DistributedMixin:
                               "(no-op) but this usually means a missing skip_synchronize().")
             self.synchronize()
         self._kolo_synchronized = False
-        super().step()
+        super().step()  # the wrapped class's step: torch's hooks and profiler record, once
         return loss
+
+    # torch.optim.Optimizer wraps its class's step with the step hooks and the
+    # profiler's record (torch 2.x: _patch_step_function, 1.13:
+    # _hook_for_profile) unless that step is marked hooked. This step runs
+    # them through the wrapped class's step (or, with Adasum,
+    # _kolo_hooked_adasum_step): marked so that torch does not run them twice.
+    step.hooked = True
+
+    def _kolo_hooked_adasum_step(self):
+        """_kolo_adasum_step inside torch's step hooks and profiler record
+        (set per class by DistributedOptimizer)."""
+        self._kolo_adasum_step()
+
+    def _kolo_local_step(self):
+        """The wrapped optimizer's update, without torch's step hooks where
+        _kolo_hooked_adasum_step runs them (set per class by
+        DistributedOptimizer)."""
+        super().step()
 
     # Horovod's public attributes of a DistributedOptimizer.
     @property
@@ -456,6 +475,21 @@ class _DistributedMixin:
         return super().zero_grad(*args, **kwargs)
 
 
+def _adasum_hooks(base):
+    """The Adasum step's methods for a class over base: torch's step hooks
+    and profiler record (torch 2.x's Optimizer.profile_hook_step, the wrapper
+    base.step got) around the whole delta step, so that post-hooks see the
+    combined parameters, and base's own step without them inside it. In
+    torch 1.13, which has no hooks and no public wrapper, the defaults stay:
+    the profiler records the local update."""
+    hook = getattr(torch.optim.Optimizer, "profile_hook_step", None)
+    local = getattr(base.step, "__wrapped__", None)
+    if hook is None or local is None or not getattr(base.step, "hooked", False):
+        return {}
+    return {"_kolo_hooked_adasum_step": hook(_DistributedMixin._kolo_adasum_step),
+            "_kolo_local_step": local}
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -471,10 +505,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     gradients (after backward_passes_per_step passes, whose gradients are
     summed). Gradients are reduced in place: p.grad becomes an alias of its
     region of the bucket. step() waits for the buckets and steps.
+    torch's step hooks (register_step_pre_hook and register_step_post_hook,
+    on the optimizer or global) run once per step(): the pre-hooks once the
+    gradients are reduced, the post-hooks after the update.
 
     op: Average, Sum or Adasum (Horovod's delta optimizer: step() applies the
     wrapped optimizer locally and combines the parameter changes with Adasum;
-    synchronize() is then a no-op and skip_synchronize() raises).
+    synchronize() is then a no-op and skip_synchronize() raises; the step
+    hooks run around the local step and the combination: the post-hooks see
+    the combined parameters).
     compression: Compression.none, .fp16 or .bf16. groups: a number of
     groups, or lists of parameters, reduced as units (num_groups is its
     deprecated spelling). Sparse gradients (nn.Embedding(sparse=True)) are
@@ -500,15 +539,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         warnings.warn("num_groups is deprecated: use groups", DeprecationWarning, stacklevel=2)
         groups = num_groups
     base = optimizer.__class__
-    cls = type(base.__name__, (_DistributedMixin, base), {"__module__": __name__})
+    cls = type(base.__name__, (_DistributedMixin, base),
+               {"__module__": __name__, **_adasum_hooks(base)})
     wrapped = cls.__new__(cls)
     # One attribute namespace for both objects: param_groups, state and
     # defaults stay shared even when load_state_dict() replaces them.
     wrapped.__dict__ = optimizer.__dict__
-    for patch in ("_patch_step_function", "_hook_for_profile"):  # torch 2.x / 1.13
-        if hasattr(wrapped, patch):
-            getattr(wrapped, patch)()
-            break
     wrapped._kolo_setup(named_parameters, compression, backward_passes_per_step, op,
                         gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped

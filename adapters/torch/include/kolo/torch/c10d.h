@@ -158,7 +158,8 @@ class ProcessGroupKolo : public C10dBackend {
   c10::intrusive_ptr<::c10d::Work> _allgather_base(
       at::Tensor& outputBuffer, at::Tensor& inputBuffer,
       const ::c10d::AllgatherOptions& opts = ::c10d::AllgatherOptions()) override;
-  /// dist.all_gather_coalesced: all_gather of several tensors, negotiated as one unit.
+  /// dist.all_gather_coalesced: all_gather of several tensors, negotiated as one unit;
+  /// outputTensorLists[r][i] receives rank r's inputTensors[i] (one list per rank, as gloo).
   c10::intrusive_ptr<::c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputTensorLists,
       std::vector<at::Tensor>& inputTensors,
