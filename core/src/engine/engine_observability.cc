@@ -70,6 +70,9 @@ bool Engine::Impl::stallRoundOnLoop(ProcessSetState& set) {
   if (!set.key.empty()) {
     // A local set: only its members got it, and they all end the set here
     // (its cycle's caller removes it); the engine and its other sets go on.
+    // Gone from the table first: a caller that sees its op fail finds the
+    // set gone too.
+    table.remove(set.id);
     failSetOnLoop(set, status);
     set.ended = true;
     return true;

@@ -27,7 +27,7 @@ std::vector<int> Clique::missing() {
 Status Clique::run(int rank, int device, Part part, size_t outBytes, const Compute& compute,
                    std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  if (turns_ != nullptr) {
+  if (turns_ != nullptr && device >= 0) {
     // Outside mu_: DeviceTurns may abort this clique (its lock comes first).
     const Status taken = turns_->take(device, this, id_, rank, deadline);
     if (!taken.ok()) return taken;

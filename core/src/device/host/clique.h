@@ -47,12 +47,17 @@ class Clique {
         arrived_(static_cast<size_t>(size), false) {}
   int size() const { return size_; }
 
-  // One collective as member rank on device; writes `outBytes` of the
+  // One collective as member rank on device (-1: none, no turn taken); writes `outBytes` of the
   // result to part.out. Fails (nothing written) when the clique was
   // aborted, a member did not arrive within timeout (then it aborts the
   // clique), or device's turn would never come (DeviceTurns).
   Status run(int rank, int device, Part part, size_t outBytes, const Compute& compute,
              std::chrono::milliseconds timeout);
+  // The same without a device: takes no device turn (tests of the clique).
+  Status run(int rank, Part part, size_t outBytes, const Compute& compute,
+             std::chrono::milliseconds timeout) {
+    return run(rank, -1, part, outBytes, compute, timeout);
+  }
   // The members the collective now collecting waits for (none once all came).
   std::vector<int> missing();
   // Every running and later run() fails with why.
