@@ -29,6 +29,7 @@ LAYERS = [
     "execution",    # executor, fusion buffer, GPU path, Adasum, handle states
     "elastic",      # the worker side of elastic jobs
     "engine",       # the Engine, its queue, process sets and loop
+    "ops",          # what every adapter shares: tensor submission, gradients
 ]
 LEVEL = {name: i for i, name in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

@@ -35,6 +35,7 @@ they cannot drift from it:
 """
 import importlib.util
 import os
+import pathlib
 import re
 
 from docutils import nodes
@@ -455,6 +456,44 @@ class GlobToctree(TocTree):
         return super().run()
 
 
+class CoreLayers(_Generated):
+    """The core's folders as layers, drawn from scripts/layering-check.py's
+    LAYERS (the list the check enforces), so the picture cannot drift."""
+
+    has_content = False
+
+    def run(self):
+        from sphinx.ext.graphviz import graphviz
+
+        path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "layering-check.py"
+        self.env.note_dependency(str(path))
+        spec = importlib.util.spec_from_file_location("kolo_layering_check", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            layers = list(module.LAYERS)
+        except (OSError, AttributeError, SyntaxError) as e:
+            return self.error("cannot read the layers from %s: %s" % (path, e))
+        # Comments beside each name in LAYERS say what the folder holds.
+        notes = dict(re.findall(r'^\s*"(\w+)",\s*#\s*(.*)$', path.read_text(), re.M))
+        lines = ["digraph layers {", "  rankdir=BT; node [shape=box, fontsize=11];",
+                 '  public [label="core/include/kolo\\npublic headers", style=dashed];']
+        below = "public"
+        for name in layers:
+            label = "%s/\\n%s" % (name, notes.get(name, "")) if name in notes else name + "/"
+            lines.append('  "%s" [label="%s"];' % (name, label.replace('"', "'")))
+            lines.append('  "%s" -> "%s";' % (name, below))
+            below = name
+        lines.append('  adapters [label="adapters/ and bindings/\\n(torch, Python)", style=dashed];')
+        lines.append('  adapters -> "%s";' % below)
+        lines.append("}")
+        node = graphviz()
+        node["code"] = "\n".join(lines)
+        node["options"] = {"docname": self.env.docname}
+        node["alt"] = "the core's layers, bottom to top: " + ", ".join(layers)
+        return [node]
+
+
 def _importable(module):
     try:
         return importlib.util.find_spec(module) is not None
@@ -472,4 +511,5 @@ def setup(app):
     app.connect("env-check-consistency", _cpp_check)
     app.add_directive("kolo-python-modules", PythonModules)
     app.add_directive("kolo-toctree", GlobToctree)
+    app.add_directive("kolo-core-layers", CoreLayers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

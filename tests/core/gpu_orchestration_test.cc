@@ -395,5 +395,66 @@ TEST(GpuOrchestration, AfterACudaOperationOnlyTheLoopThreadRunsCycles) {
   }, config, std::chrono::seconds(50));
 }
 
+
+// Entry::onEnqueued: a CUDA operation tells its caller when its GPU work is
+// queued (with the done event), before the GPU ran it; onDone follows once
+// the GPU finished. A CPU operation hears onDone only.
+TEST(GpuOrchestration, OnEnqueuedComesWhenTheWorkIsQueuedAndBeforeOnDone) {
+  auto rt = std::make_shared<HostRuntime>(2);
+  test::spawn(2, [&](int rank, Engine& engine) {
+    DeviceFloats t(*rt, rank, 8);
+    for (size_t k = 0; k < 8; ++k) t.data[k] = float(rank + 1);
+    UserStream user(*rt, rank);
+    std::promise<void> produce;
+    user.holdUntil(produce.get_future().share());  // the input is not ready yet
+    std::promise<void*> enqueued;
+    std::atomic<bool> doneRan{false};
+    std::atomic<bool> doneBeforeEnqueued{false};
+    std::atomic<bool> enqueuedSeen{false};
+    Entry e;
+    e.input = t.data;
+    e.output = t.data;
+    e.readyEvent = user.ready;
+    e.onEnqueued = [&](void* event) {
+      enqueuedSeen = true;
+      enqueued.set_value(event);
+    };
+    e.onDone = [&](const Status& s) {
+      EXPECT_TRUE(s.ok()) << s.message;
+      if (!enqueuedSeen.load()) doneBeforeEnqueued = true;
+      doneRan = true;
+    };
+    Handle h = engine.enqueue(cudaRequest("noticed", OpType::kAllreduce, 8, rank), std::move(e));
+    std::future<void*> notice = enqueued.get_future();
+    ASSERT_EQ(notice.wait_for(kLimit), std::future_status::ready)
+        << "rank " << rank << ": no enqueued notice while the input was held";
+    EXPECT_NE(notice.get(), nullptr) << "the notice carries the done event";
+    EXPECT_FALSE(doneRan.load()) << "the GPU cannot have finished: its input is held";
+    produce.set_value();
+    EXPECT_TRUE(settle(h).ok());
+    const auto until = std::chrono::steady_clock::now() + kLimit;
+    while (!doneRan.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(doneRan.load());
+    EXPECT_FALSE(doneBeforeEnqueued.load());
+    for (size_t k = 0; k < 8; ++k) EXPECT_EQ(t.data[k], 3.0f);
+
+    // CPU: onDone is the only notice.
+    std::vector<float> cpu(4, 1.0f);
+    std::atomic<bool> cpuEnqueued{false};
+    Entry c;
+    c.input = cpu.data();
+    c.output = cpu.data();
+    c.onEnqueued = [&](void*) { cpuEnqueued = true; };
+    Request cq;
+    cq.name = "cpu";
+    cq.shape = {4};
+    Handle hc = engine.enqueue(std::move(cq), std::move(c));
+    hc.wait();
+    EXPECT_FALSE(cpuEnqueued.load());
+  }, gpuConfig(rt));
+}
+
 }  // namespace
 }  // namespace kolo

@@ -1,6 +1,4 @@
 // Context, TensorHandle and the tensor collectives.
-#include <cstring>
-
 #include "compat.h"
 #include "tensor_util.h"
 
@@ -29,6 +27,7 @@ at::Tensor TensorHandle::wait() const {
   compat::waitOnCurrentStream(body.handle, body.input.device());
   std::lock_guard<std::mutex> lock(body_->mu);
   if (!body_->finished) {
+    if (body_->negotiated) body_->output = detail::tensorOf(body_->op.output());
     // Memory the engine allocated on its comm stream is now used on the
     // caller's stream.
     if (body_->negotiated) compat::recordCurrentStream(body_->output);
@@ -57,70 +56,49 @@ enum class Output {
   kNegotiated,  // allocated on the engine thread once the shape is known
 };
 
-// Fills entry for tensor and returns the body that keeps its memory alive.
-// The entry's callbacks hold the body too, so the memory outlives the
-// operation even if the caller drops the TensorHandle.
-std::shared_ptr<HandleBody> prepare(const at::Tensor& tensor, Output output, Request& request,
-                                    Entry& entry) {
-  detail::describeTensor(tensor, detail::what(toString(request.op), request.name), request);
-  auto body = std::make_shared<HandleBody>();
-  at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  body->ready = compat::recordReady(work);
-  entry.readyEvent = body->ready.get();
-  body->input = work;
-  entry.input = work.data_ptr();
+// The core's tensor (contiguous), its ready event, and the output policy.
+struct Prepared {
+  std::shared_ptr<HandleBody> body;
+  TensorRef input;
+  OutputSpec output;
+};
+
+Prepared prepare(const at::Tensor& tensor, Output output, const Request& request) {
+  detail::checkTensor(tensor, detail::what(toString(request.op), request.name));
+  Prepared p;
+  p.body = std::make_shared<HandleBody>();
+  HandleBody& body = *p.body;
+  body.input = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  p.input = detail::toRef(body.input, compat::recordReady(body.input));
   switch (output) {
     case Output::kNew:
-      body->output = at::empty_like(work, at::MemoryFormat::Contiguous);
-      entry.output = body->output.data_ptr();
+      body.output = at::empty_like(body.input, at::MemoryFormat::Contiguous);
+      p.output = OutputSpec::intoTensor(detail::toRef(body.output));
       break;
     case Output::kInPlace:
-      body->output = work;
-      entry.output = work.data_ptr();
-      if (!work.is_same(tensor)) body->target = tensor;
+      body.output = body.input;
+      if (!body.input.is_same(tensor)) body.target = tensor;
       break;
-    case Output::kNegotiated: {
-      auto options = work.options();
-      body->negotiated = true;
-      entry.allocate = [body, options](const std::vector<int64_t>& shape) {
-        at::Tensor out = compat::emptyOnStream(shape, options, kolo::outputAllocationStream());
-        std::lock_guard<std::mutex> lock(body->mu);
-        body->output = out;
-        return out.data_ptr();
-      };
+    case Output::kNegotiated:
+      body.negotiated = true;
+      p.output = OutputSpec::negotiated(detail::tensorAllocator(body.input.options()));
       break;
-    }
   }
-  entry.onDone = [body](const Status&) {};
-  return body;
+  return p;
 }
 
 TensorHandle submit(Engine& engine, Request request, const at::Tensor& tensor, Output output) {
-  Entry entry;
-  auto body = prepare(tensor, output, request, entry);
-  body->handle = engine.enqueue(std::move(request), std::move(entry));
-  return TensorHandle(std::move(body));
+  Prepared p = prepare(tensor, output, request);
+  p.body->op = kolo::submit(engine, std::move(request), std::move(p.input), std::move(p.output));
+  p.body->handle = p.body->op.handle();
+  return TensorHandle(std::move(p.body));
 }
 
 Request reduction(OpType op, std::string name, ReduceOp reduceOp, double prescale,
                   double postscale, ProcessSet set) {
-  Request r;
-  r.name = std::move(name);
-  r.op = op;
-  r.reduceOp = reduceOp;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  r.processSet = set.id();
-  return r;
-}
-
-Request rooted(OpType op, std::string name, int root, ProcessSet set) {
-  Request r;
-  r.name = std::move(name);
-  r.op = op;
-  r.root = root;
-  r.processSet = set.id();
-  return r;
+  return op == OpType::kAllreduce
+             ? allreduceRequest(std::move(name), reduceOp, prescale, postscale, set.id())
+             : reducescatterRequest(std::move(name), reduceOp, prescale, postscale, set.id());
 }
 
 // One request per tensor ("<base>.<i>", a copy of prototype), negotiated as
@@ -131,18 +109,23 @@ std::vector<TensorHandle> submitGroup(Engine& engine, const std::vector<at::Tens
   KOLO_CHECK_ARG(!tensors.empty(),
                  std::string("grouped_") + toString(prototype.op) + ": no tensors");
   std::vector<Request> requests;
-  std::vector<Entry> entries;
+  std::vector<TensorRef> inputs;
+  std::vector<OutputSpec> outputs;
   std::vector<std::shared_ptr<HandleBody>> bodies;
   for (size_t i = 0; i < tensors.size(); ++i) {
     requests.push_back(prototype);
-    requests.back().name = base + "." + std::to_string(i);
-    entries.emplace_back();
-    bodies.push_back(prepare(tensors[i], output, requests.back(), entries.back()));
+    requests.back().name = groupMemberName(base, i);
+    Prepared p = prepare(tensors[i], output, requests.back());
+    bodies.push_back(std::move(p.body));
+    inputs.push_back(std::move(p.input));
+    outputs.push_back(std::move(p.output));
   }
-  std::vector<Handle> handles = engine.enqueueGroup(std::move(requests), std::move(entries));
+  std::vector<TensorOp> ops =
+      kolo::submitGroup(engine, std::move(requests), std::move(inputs), std::move(outputs));
   std::vector<TensorHandle> out;
   for (size_t i = 0; i < bodies.size(); ++i) {
-    bodies[i]->handle = handles[i];
+    bodies[i]->op = ops[i];
+    bodies[i]->handle = ops[i].handle();
     out.emplace_back(std::move(bodies[i]));
   }
   return out;
@@ -170,20 +153,10 @@ Engine& Context::engine() const { return engine_ != nullptr ? *engine_ : kolo::d
 
 std::string Context::name_or_next(const std::string& name, const char* op,
                                   ProcessSet process_set) {
-  if (!name.empty()) return name;
-  uint64_t n;
-  {
-    std::lock_guard<std::mutex> lock(countersMu_);
-    n = counters_[{process_set.id(), op}]++;
-  }
-  std::string set = process_set.id() == 0 ? "" : "ps" + std::to_string(process_set.id()) + ".";
-  return "noname." + std::string(op) + "." + set + std::to_string(n);
+  return engine().nameOrNext(name, op, process_set.id());
 }
 
-void Context::reset_names() {
-  std::lock_guard<std::mutex> lock(countersMu_);
-  counters_.clear();
-}
+void Context::reset_names() { engine().resetNames(); }
 
 TensorHandle Context::allreduce_async(const at::Tensor& tensor, ReduceOp op,
                                       const std::string& name, double prescale,
@@ -232,8 +205,7 @@ std::vector<at::Tensor> Context::grouped_allreduce(const std::vector<at::Tensor>
 TensorHandle Context::allgather_async(const at::Tensor& tensor, const std::string& name,
                                       ProcessSet process_set) {
   return submit(engine(),
-                rooted(OpType::kAllgather, name_or_next(name, "allgather", process_set), 0,
-                       process_set),
+                allgatherRequest(name_or_next(name, "allgather", process_set), process_set.id()),
                 tensor, Output::kNegotiated);
 }
 
@@ -245,7 +217,7 @@ at::Tensor Context::allgather(const at::Tensor& tensor, const std::string& name,
 std::vector<TensorHandle> Context::grouped_allgather_async(
     const std::vector<at::Tensor>& tensors, const std::string& name, ProcessSet process_set) {
   const std::string base = name_or_next(name, "grouped_allgather", process_set);
-  return submitGroup(engine(), tensors, rooted(OpType::kAllgather, base, 0, process_set), base,
+  return submitGroup(engine(), tensors, allgatherRequest(base, process_set.id()), base,
                      Output::kNegotiated);
 }
 
@@ -258,16 +230,16 @@ std::vector<at::Tensor> Context::grouped_allgather(const std::vector<at::Tensor>
 TensorHandle Context::broadcast_async(const at::Tensor& tensor, int root,
                                       const std::string& name, ProcessSet process_set) {
   return submit(engine(),
-                rooted(OpType::kBroadcast, name_or_next(name, "broadcast", process_set), root,
-                       process_set),
+                broadcastRequest(name_or_next(name, "broadcast", process_set), root,
+                                 process_set.id()),
                 tensor, Output::kNew);
 }
 
 TensorHandle Context::broadcast_async_(const at::Tensor& tensor, int root,
                                        const std::string& name, ProcessSet process_set) {
   return submit(engine(),
-                rooted(OpType::kBroadcast, name_or_next(name, "broadcast", process_set), root,
-                       process_set),
+                broadcastRequest(name_or_next(name, "broadcast", process_set), root,
+                                 process_set.id()),
                 tensor, Output::kInPlace);
 }
 
@@ -284,10 +256,10 @@ at::Tensor Context::broadcast_(const at::Tensor& tensor, int root, const std::st
 TensorHandle Context::alltoall_async(const at::Tensor& tensor,
                                      const std::vector<int64_t>& splits,
                                      const std::string& name, ProcessSet process_set) {
-  Request r = rooted(OpType::kAlltoall, name_or_next(name, "alltoall", process_set), 0,
-                     process_set);
-  r.splits = splits;
-  return submit(engine(), std::move(r), tensor, Output::kNegotiated);
+  return submit(engine(),
+                alltoallRequest(name_or_next(name, "alltoall", process_set), splits,
+                                process_set.id()),
+                tensor, Output::kNegotiated);
 }
 
 AlltoallResult Context::alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits,
@@ -343,16 +315,9 @@ int Context::join(ProcessSet process_set) {
 
 std::string Context::broadcast_object(const std::string& bytes, int root,
                                       const std::string& name, ProcessSet process_set) {
-  const std::string base = name_or_next(name, "broadcast_object", process_set);
-  const bool isRoot = rank() == root;
-  at::Tensor length = at::full({1}, isRoot ? static_cast<int64_t>(bytes.size()) : 0, at::kLong);
-  broadcast_(length, root, base + ".size", process_set);
-  const int64_t n = length.item<int64_t>();
-  if (n == 0) return std::string();
-  at::Tensor data = at::empty({n}, at::kByte);
-  if (isRoot) std::memcpy(data.data_ptr(), bytes.data(), static_cast<size_t>(n));
-  broadcast_(data, root, base + ".data", process_set);
-  return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
+  return kolo::broadcastObject(engine(), bytes, root,
+                               name_or_next(name, "broadcast_object", process_set),
+                               process_set.id());
 }
 
 ProcessSet Context::add_process_set(const std::vector<int>& ranks) {

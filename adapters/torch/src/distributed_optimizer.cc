@@ -32,20 +32,14 @@ std::string describe(const at::Tensor& t) {
 }
 
 void checkOptions(const DistributedOptimizerOptions& o) {
-  KOLO_CHECK_ARG(o.backward_passes_per_step >= 1,
-                 "DistributedOptimizer: backward_passes_per_step must be >= 1, got " +
-                     std::to_string(o.backward_passes_per_step));
-  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum ||
-                     o.op == ReduceOp::kAdasum,
-                 std::string("DistributedOptimizer: op must be Average, Sum or Adasum, got ") +
-                     toString(o.op));
-  KOLO_CHECK_ARG(o.gradient_predivide_factor > 0.0,
-                 "DistributedOptimizer: gradient_predivide_factor must be > 0");
-  KOLO_CHECK_ARG(o.gradient_predivide_factor == 1.0 || o.op == ReduceOp::kAverage,
-                 "DistributedOptimizer: gradient_predivide_factor needs op == Average");
-  KOLO_CHECK_ARG(o.num_groups >= 0, "DistributedOptimizer: num_groups must be >= 0");
-  KOLO_CHECK_ARG(o.num_groups == 0 || o.groups.empty(),
-                 "DistributedOptimizer: set num_groups or groups, not both");
+  GradientOptions checked;
+  checked.backwardPassesPerStep = o.backward_passes_per_step;
+  checked.op = o.op;
+  checked.gradientPredivideFactor = o.gradient_predivide_factor;
+  checked.numGroups = o.num_groups;
+  checked.explicitGroups = !o.groups.empty();
+  checked.bucketBytes = o.bucket_bytes;
+  checkGradientOptions(checked, "DistributedOptimizer");
 }
 
 }  // namespace
@@ -121,14 +115,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   // Groups, as indices into the trainable parameters.
   GradientReducerOptions ro;
   const size_t n = st.params.size();
-  if (st.options.num_groups > 0 && n > 0) {
-    const size_t count = std::min(n, static_cast<size_t>(st.options.num_groups));
-    const size_t per = (n + count - 1) / count;
-    for (size_t i = 0; i < n; ++i) {
-      if (i / per >= ro.groups.size()) ro.groups.emplace_back();
-      ro.groups[i / per].push_back(i);
-    }
-  }
+  ro.groups = splitIntoGroups(n, st.options.num_groups);
   if (!st.options.groups.empty()) {
     std::unordered_map<std::string, size_t> indexOf;
     for (size_t i = 0; i < n; ++i) indexOf.emplace(st.names[i], i);

@@ -14,11 +14,12 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "compat.h"
+#include "kolo/gradients.h"
 #include "kolo/shareable.h"
+#include "kolo/tensor.h"
 #include "tensor_util.h"
 
 namespace kolo::torch {
@@ -32,7 +33,6 @@ struct GradientReducer::Impl {
     uintptr_t hookKey = 0;
     size_t bucket = 0;
     int64_t offset = 0;  // elements into the bucket's flat buffer
-    int passes = 0;      // backward passes accumulated since the last synchronize
     // The slot's region of the flat buffer, shaped like param (sharing its
     // storage). Where inPlace, param.grad() is made this very tensor.
     at::Tensor view;
@@ -55,8 +55,6 @@ struct GradientReducer::Impl {
     at::Device device = at::kCPU;
     at::Tensor flat;
     compat::ReadyEvent ready;  // CUDA: re-recorded at each submission
-    size_t readyMembers = 0;
-    bool submitted = false;
     Handle handle;  // invalid when the bucket had only sparse members
   };
 
@@ -68,6 +66,7 @@ struct GradientReducer::Impl {
   mutable std::mutex mu;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
+  GradientSteps steps;  // passes per gradient, ready and submitted buckets
   int inFlight = 0;  // gradients submitted since the last synchronize
   uint64_t requests = 0;
   bool synchronized = false;
@@ -91,31 +90,21 @@ struct GradientReducer::Impl {
   // Hook: slot i's gradient has just been accumulated into param.grad().
   void onAccumulated(size_t i) {
     std::lock_guard<std::mutex> lock(mu);
-    Slot& s = slots[i];
-    const int bpps = options.backward_passes_per_step;
-    if (s.passes >= bpps) {
-      hookError("the gradient of '" + s.name + "' was computed more than " +
-                "backward_passes_per_step (" + std::to_string(bpps) +
-                ") times before step() or synchronize(); call step() after every " +
-                std::to_string(bpps) +
-                " backward pass(es) or increase backward_passes_per_step to accumulate "
-                "locally");
-    }
-    ++s.passes;
+    const GradientSteps::Arrival arrival = steps.accumulated(i, countOnly);
     synchronized = false;
-    if (countOnly || s.passes < bpps) return;
-    Bucket& b = buckets[s.bucket];
-    if (b.submitted) {
-      hookError("the gradient of '" + s.name +
-                "' arrived after synchronize() had submitted its bucket without it; call "
-                "step() or zero_grad() before the next backward pass");
+    switch (arrival) {
+      case GradientSteps::Arrival::kCounted:
+        return;
+      case GradientSteps::Arrival::kTooManyPasses:
+      case GradientSteps::Arrival::kLate:
+        hookError(steps.describe(arrival, slots[i].name));
+      case GradientSteps::Arrival::kBucketReady:
+        break;
     }
-    if (++b.readyMembers == b.members.size()) {
-      try {
-        submitLocked(b);
-      } catch (...) {
-        if (!deferred) deferred = std::current_exception();
-      }
+    try {
+      submitLocked(steps.bucketOf(i));
+    } catch (...) {
+      if (!deferred) deferred = std::current_exception();
     }
   }
 
@@ -158,9 +147,10 @@ struct GradientReducer::Impl {
   // Enqueues bucket b: sparse members by allgather, the dense ones as one
   // allreduce of the flat buffer. The layout is the fixed one unless sparse
   // members are left out (then the dense ones are packed and copied back).
-  void submitLocked(Bucket& b) {
+  void submitLocked(size_t bucket) {
     at::NoGradGuard noGrad;
-    b.submitted = true;
+    Bucket& b = buckets[bucket];
+    steps.markSubmitted(bucket);
     inFlight += static_cast<int>(b.members.size());
     std::vector<size_t> dense;
     for (size_t i : b.members) {
@@ -210,31 +200,23 @@ struct GradientReducer::Impl {
     fillTo.clear();  // the gradients autograd made are not kept past the copy
     fillFrom.clear();
     at::Tensor work = fixedLayout ? b.flat : b.flat.narrow(0, 0, offset);
-    Request request;
-    request.name = b.name;
-    request.op = OpType::kAllreduce;
-    detail::describeTensor(work, detail::what("allreduce", b.name), request);
-    request.reduceOp = options.op;
-    request.processSet = options.process_set.id();
-    if (options.op == ReduceOp::kAverage) {
-      request.prescale = 1.0 / options.gradient_predivide_factor;
-      request.postscale = options.gradient_predivide_factor;
-    }
-    Entry entry;
-    entry.input = work.data_ptr();
-    entry.output = work.data_ptr();
+    const GradientScales scales = gradientScales(options.op, options.gradient_predivide_factor);
     // Recorded on the current stream: in a hook autograd's stream that
     // produced the gradients (and ran the copies above); in synchronize()
     // the caller's. Re-recording is safe: the previous step's submission
     // was enqueued (synchronize waited for that) before this one.
-    entry.readyEvent = b.ready.record(work);
-    // The bucket's memory lives until the engine is done with it, as every
-    // other op's: the engine drops onDone once the device stopped touching
-    // the buffer, and keeps it for good when the device is wedged. Without
-    // it, ~GradientReducer or reset_step would free memory a device that
-    // did not stop may still write.
-    entry.onDone = [keep = work](const Status&) {};
-    b.handle = ctx->engine().enqueue(std::move(request), std::move(entry));
+    TensorRef input = detail::toRef(work);
+    input.readyEvent = b.ready.record(work);
+    // The bucket's memory (input.keepAlive) lives until the engine is done
+    // with it, as every other op's: the engine drops it once the device
+    // stopped touching the buffer, and keeps it for good when the device is
+    // wedged. Without it, ~GradientReducer or reset_step would free memory
+    // a device that did not stop may still write.
+    b.handle = kolo::submit(ctx->engine(),
+                            allreduceRequest(b.name, options.op, scales.prescale,
+                                             scales.postscale, options.process_set.id()),
+                            std::move(input))
+                   .handle();
     ++requests;
   }
 
@@ -275,19 +257,15 @@ struct GradientReducer::Impl {
   }
 
   void resetStepLocked() {
+    steps.reset();
     for (Slot& s : slots) {
-      s.passes = 0;
       s.writeBack = false;
       s.region = at::Tensor();
       s.sparse = false;
       s.sparseIndices = TensorHandle();
       s.sparseValues = TensorHandle();
     }
-    for (Bucket& b : buckets) {
-      b.readyMembers = 0;
-      b.submitted = false;
-      b.handle = Handle();
-    }
+    for (Bucket& b : buckets) b.handle = Handle();
     inFlight = 0;
     deferred = nullptr;
   }
@@ -295,8 +273,9 @@ struct GradientReducer::Impl {
   // Handles of everything submitted (engine level), under mu.
   std::vector<std::pair<Handle, at::Device>> inFlightLocked() const {
     std::vector<std::pair<Handle, at::Device>> out;
-    for (const Bucket& b : buckets) {
-      if (b.submitted && b.handle.valid()) out.emplace_back(b.handle, b.device);
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      const Bucket& b = buckets[k];
+      if (steps.submitted(k) && b.handle.valid()) out.emplace_back(b.handle, b.device);
     }
     for (const Slot& s : slots) {
       if (!s.sparse) continue;
@@ -326,104 +305,63 @@ class ReducerHook : public ::torch::autograd::FunctionPostHook {
   size_t index_;
 };
 
-int64_t wireBytes(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
-
 }  // namespace
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>> params,
                                  GradientReducerOptions options, Context& ctx)
     : impl_(std::make_shared<Impl>()) {
   Impl& st = *impl_;
-  const auto& o = options;
-  KOLO_CHECK_ARG(o.backward_passes_per_step >= 1,
-                 "GradientReducer: backward_passes_per_step must be >= 1, got " +
-                     std::to_string(o.backward_passes_per_step));
-  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum ||
-                     o.op == ReduceOp::kAdasum,
-                 std::string("GradientReducer: op must be Average, Sum or Adasum, got ") +
-                     toString(o.op));
-  KOLO_CHECK_ARG(o.gradient_predivide_factor > 0.0,
-                 "GradientReducer: gradient_predivide_factor must be > 0");
-  KOLO_CHECK_ARG(o.gradient_predivide_factor == 1.0 || o.op == ReduceOp::kAverage,
-                 "GradientReducer: gradient_predivide_factor needs op == Average");
-  KOLO_CHECK_ARG(o.bucket_bytes >= 0, "GradientReducer: bucket_bytes must be >= 0");
+  GradientOptions checked;
+  checked.backwardPassesPerStep = options.backward_passes_per_step;
+  checked.op = options.op;
+  checked.gradientPredivideFactor = options.gradient_predivide_factor;
+  checked.bucketBytes = options.bucket_bytes;
+  checkGradientOptions(checked, "GradientReducer");
   st.ctx = &ctx;
   st.options = std::move(options);
   st.countOnly = st.options.op == ReduceOp::kAdasum;
   const ProcessSetInfo setInfo = ctx.process_set_info(st.options.process_set);
   st.member = setInfo.included();
 
-  std::unordered_map<std::string, size_t> slotOf;
+  std::vector<GradientInfo> gradients;
   for (auto& [name, param] : params) {
-    KOLO_CHECK_ARG(!name.empty(), "GradientReducer: a parameter has an empty name");
     KOLO_CHECK_ARG(param.defined(), "GradientReducer: parameter '" + name + "' is undefined");
-    KOLO_CHECK_ARG(slotOf.emplace(name, st.slots.size()).second,
-                   "GradientReducer: parameter name '" + name + "' appears twice");
     KOLO_CHECK_ARG(param.is_leaf(), "GradientReducer: parameter '" + name +
                                         "' is not a leaf tensor");
+    GradientInfo g;
+    g.name = name;
+    g.numel = param.numel();
+    g.dtype = to_data_type(param.scalar_type(), "GradientReducer: parameter '" + name + "'");
+    g.device = param.is_cuda() ? DeviceKind::kCuda : DeviceKind::kCpu;
+    g.deviceIndex = param.is_cuda() ? param.get_device() : -1;
+    gradients.push_back(std::move(g));
     Impl::Slot slot;
     slot.name = name;
     slot.param = param;
     st.slots.push_back(std::move(slot));
   }
-
-  auto wireOf = [&](const at::Tensor& p) {
-    const at::ScalarType t = p.scalar_type();
-    if (t == at::kFloat || t == at::kDouble) {
-      if (st.options.compression == Compression::kFP16) return at::kHalf;
-      if (st.options.compression == Compression::kBF16) return at::kBFloat16;
+  BucketPlan plan;
+  plan.groups = st.options.groups;
+  plan.bucketBytes = st.options.bucket_bytes;
+  plan.namePrefix = st.options.name_prefix;
+  plan.compression = st.options.compression;
+  const std::vector<GradientBucket> planned = planBuckets(gradients, plan, "GradientReducer");
+  for (const GradientBucket& p : planned) {
+    Impl::Bucket b;
+    b.name = p.name;
+    b.members = p.members;
+    b.numel = p.numel;
+    b.wire = to_scalar_type(p.wire);
+    b.device = st.slots[p.members.front()].param.device();
+    for (size_t k = 0; k < p.members.size(); ++k) {
+      Impl::Slot& slot = st.slots[p.members[k]];
+      slot.bucket = st.buckets.size();
+      slot.offset = p.offsets[k];
+      slot.inPlace = b.wire == slot.param.scalar_type() && slot.param.is_contiguous();
     }
-    return t;
-  };
-  // Appends a bucket of `members`, split where device or wire dtype change
-  // (and, for automatic buckets, at cap bytes).
-  auto addBuckets = [&](const std::vector<size_t>& members, int64_t cap) {
-    Impl::Bucket* b = nullptr;
-    int64_t bytes = 0;
-    for (size_t i : members) {
-      Impl::Slot& s = st.slots[i];
-      const at::ScalarType wire = wireOf(s.param);
-      const int64_t size = s.param.numel() * wireBytes(wire);
-      if (b == nullptr || b->wire != wire || b->device != s.param.device() ||
-          (cap >= 0 && bytes + size > cap && !b->members.empty())) {
-        st.buckets.emplace_back();
-        b = &st.buckets.back();
-        b->wire = wire;
-        b->device = s.param.device();
-        bytes = 0;
-      }
-      s.bucket = st.buckets.size() - 1;
-      s.offset = b->numel;
-      s.inPlace = wire == s.param.scalar_type() && s.param.is_contiguous();
-      b->members.push_back(i);
-      b->numel += s.param.numel();
-      bytes += size;
-    }
-  };
-  std::vector<bool> grouped(st.slots.size(), false);
-  for (size_t g = 0; g < st.options.groups.size(); ++g) {
-    std::vector<size_t> members;
-    for (size_t i : st.options.groups[g]) {
-      KOLO_CHECK_ARG(i < st.slots.size(), "GradientReducer: group " + std::to_string(g) +
-                                              " names parameter " + std::to_string(i) +
-                                              " of " + std::to_string(st.slots.size()));
-      KOLO_CHECK_ARG(!grouped[i], "GradientReducer: parameter '" + st.slots[i].name +
-                                      "' is in more than one group");
-      grouped[i] = true;
-      members.push_back(i);
-    }
-    addBuckets(members, -1);
+    st.buckets.push_back(std::move(b));
   }
-  std::vector<size_t> rest;
-  for (size_t i = st.slots.size(); i-- > 0;) {
-    if (!grouped[i]) rest.push_back(i);
-  }
-  addBuckets(rest, st.options.bucket_bytes);
-  for (auto& b : st.buckets) {
-    const std::string& first = st.slots[b.members.front()].name;
-    b.name = st.options.name_prefix + first;
-    if (b.members.size() > 1) b.name += "+" + std::to_string(b.members.size() - 1);
-  }
+  st.steps = GradientSteps(planned, st.slots.size(), st.options.backward_passes_per_step);
 
   // Hooks last, so a throwing constructor leaves no hook behind. Outside
   // the process set nothing is reduced, so no hooks.
@@ -463,8 +401,8 @@ void GradientReducer::synchronize() {
     }
     // Every rank must submit every bucket: fill in what the hooks did not.
     try {
-      for (auto& b : st.buckets) {
-        if (!b.submitted) st.submitLocked(b);
+      for (size_t k = 0; k < st.buckets.size(); ++k) {
+        if (!st.steps.submitted(k)) st.submitLocked(k);
       }
     } catch (...) {
       error = std::current_exception();
@@ -516,11 +454,7 @@ void GradientReducer::clear_passes() {
 
 bool GradientReducer::pending() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->inFlight > 0) return true;
-  for (const auto& s : impl_->slots) {
-    if (s.passes > 0) return true;
-  }
-  return false;
+  return impl_->inFlight > 0 || impl_->steps.anyCounted();
 }
 
 int GradientReducer::submitted() const {
@@ -535,9 +469,8 @@ void GradientReducer::set_backward_passes_per_step(int passes) {
   KOLO_CHECK_ARG(impl_->inFlight == 0,
                  "backward_passes_per_step cannot change while gradients are in flight; call "
                  "synchronize() or step() first");
+  impl_->steps.setPassesPerStep(passes);
   impl_->options.backward_passes_per_step = passes;
-  for (auto& s : impl_->slots) s.passes = 0;
-  for (auto& b : impl_->buckets) b.readyMembers = 0;
 }
 
 const GradientReducerOptions& GradientReducer::options() const { return impl_->options; }

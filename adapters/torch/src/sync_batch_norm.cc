@@ -157,7 +157,7 @@ at::Tensor sync_batch_norm(const at::Tensor& input, const at::Tensor& weight,
 }
 
 SyncBatchNormImpl::SyncBatchNormImpl(const ::torch::nn::BatchNormOptions& options, Context& ctx)
-    : NormImplBase(options), ctx_(&ctx), name_(ctx.name_or_next("", "sync_batch_norm")) {}
+    : NormImplBase(options), ctx_(&ctx) {}
 
 void SyncBatchNormImpl::_check_input_dim(const at::Tensor& input) {
   KOLO_CHECK_ARG(input.dim() >= 2, "SyncBatchNorm: expected at least 2D input (got " +
@@ -180,6 +180,9 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     return ::torch::nn::functional::detail::batch_norm(input, running_mean, running_var, weight,
                                                        bias, useBatchStats, factor, options.eps());
   }
+  // Named at the first synchronized forward (the engine exists by then;
+  // every rank runs its layers' first forwards in the same order).
+  if (name_.empty()) name_ = ctx_->name_or_next("", "sync_batch_norm");
   return sync_batch_norm(input, weight, bias, running_mean, running_var, factor, options.eps(),
                          name_, *ctx_);
 }

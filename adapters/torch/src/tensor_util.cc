@@ -56,6 +56,39 @@ NamedTensors to_named_tensors(const ::torch::OrderedDict<std::string, at::Tensor
 
 namespace detail {
 
+namespace {
+// What a TensorRef made here keeps alive.
+struct Held {
+  at::Tensor tensor;
+  std::shared_ptr<void> ready;
+};
+}  // namespace
+
+TensorRef toRef(const at::Tensor& t, std::shared_ptr<void> ready) {
+  TensorRef ref;
+  ref.dtype = to_data_type(t.scalar_type(), "tensor");
+  ref.shape = shapeOf(t);
+  if (t.is_cuda()) {
+    ref.device = DeviceKind::kCuda;
+    ref.deviceIndex = t.get_device();
+  }
+  ref.data = t.data_ptr();
+  ref.readyEvent = ready.get();
+  ref.keepAlive = std::make_shared<Held>(Held{t, std::move(ready)});
+  return ref;
+}
+
+at::Tensor tensorOf(const TensorRef& ref) {
+  KOLO_ENFORCE(ref.keepAlive != nullptr, "kolo::torch: a tensor reference without its tensor");
+  return std::static_pointer_cast<Held>(ref.keepAlive)->tensor;
+}
+
+TensorAllocator tensorAllocator(const at::TensorOptions& options) {
+  return [options](const std::vector<int64_t>& shape) {
+    return toRef(compat::emptyOnStream(shape, options, kolo::outputAllocationStream()));
+  };
+}
+
 std::string what(const char* op, const std::string& name) {
   return std::string(op) + " '" + name + "'";
 }

@@ -6,28 +6,36 @@
 #include <string>
 #include <vector>
 
+#include "kolo/tensor.h"
 #include "kolo/torch.h"
 
 namespace kolo::torch::detail {
 
-// Everything a tensor operation keeps alive until it completes. The engine
-// writes `output` (or the tensor `allocate` created) on its background
-// thread; wait() copies the result into `target` for in-place operations
-// on non-contiguous tensors.
+// Everything a tensor operation keeps alive until it completes, beyond
+// what the core's TensorOp holds (the input and output memory): wait()
+// copies the result into `target` for in-place operations on
+// non-contiguous tensors.
 struct HandleBody {
-  kolo::Handle handle;
-  at::Tensor input;
-  at::Tensor output;
+  kolo::TensorOp op;
+  kolo::Handle handle;  // op.handle()
+  at::Tensor input;     // contiguous
   at::Tensor target;
-  // CUDA: the event the engine's comm stream waits on before reading
-  // input (Entry::readyEvent).
-  std::shared_ptr<void> ready;
-  // output was allocated by the engine (on its comm stream): wait() marks
+  // output is allocated by the engine (on its comm stream): wait() marks
   // it used on the caller's stream.
   bool negotiated = false;
   std::mutex mu;
   bool finished = false;
+  at::Tensor output;  // set by wait() (negotiated: from op.output())
 };
+
+// t as the core sees it (t contiguous); its keepAlive holds t (and ready,
+// the CUDA event the engine's stream waits on, when given).
+TensorRef toRef(const at::Tensor& t, std::shared_ptr<void> ready = nullptr);
+// The tensor behind a TensorRef made by toRef or tensorAllocator.
+at::Tensor tensorOf(const TensorRef& ref);
+// Output memory for negotiated shapes, like options, allocated on the
+// engine's stream (outputAllocationStream) for CUDA.
+TensorAllocator tensorAllocator(const at::TensorOptions& options);
 
 // Throws InvalidArgument naming `what` ("allreduce 'x'") unless tensor is a
 // defined, dense CPU or CUDA tensor of a supported dtype.

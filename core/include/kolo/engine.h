@@ -84,6 +84,16 @@ struct Entry {
   /// The engine's communication stream waits on it before reading input; the
   /// host never does. Owned by the caller; must stay valid until onDone.
   void* readyEvent = nullptr;
+  /// CUDA operations: called once their GPU work is queued on the engine's
+  /// comm stream, with the cudaEvent_t (as void*) recorded after that work,
+  /// before the GPU ran it; onDone follows once the GPU finished. Not called
+  /// for operations without GPU work (CPU tensors) nor for one that fails
+  /// before its work is queued: then onDone is the only notice. An adapter
+  /// whose framework wants its kernel released as soon as the GPU work is
+  /// queued (TensorFlow's async kernels; Horovod does so) releases it on
+  /// whichever of the two comes first; a stream that reads the outputs waits
+  /// on the event. Same thread and rules as onDone.
+  std::function<void(void* doneEvent)> onEnqueued;
 };
 
 /// While an OutputAllocator runs for a CUDA tensor on the background thread:
@@ -302,6 +312,18 @@ class Engine {
 
   /// Completes when every rank of the set reached the barrier.
   Handle barrier(int processSet = 0);
+
+  /// The name of an operation: name itself when not empty, else the next
+  /// generated one for op in the set, "noname.<op>.<n>" in set 0 and
+  /// "noname.<op>.ps<id>.<n>" in set id, n counting from 0 per (set, op).
+  /// Every caller of this engine (the C++ adapters and the Python bindings)
+  /// draws from the same counters, so ranks that make the same unnamed
+  /// calls in the same order agree on their names. A new engine (every
+  /// elastic reset makes one) starts at 0 again. Any thread.
+  std::string nameOrNext(const std::string& name, const std::string& op, int processSet = 0);
+  /// Generated names start again at 0 in every set (for a program that
+  /// keeps its engine across a point where the ranks' counts may differ).
+  void resetNames();
 
   /// Creates a process set of ranks (any order, no duplicates) and returns
   /// its id. Collective over all ranks (see above); blocks until the set's

@@ -289,6 +289,23 @@ Handle Engine::join(int processSet) {
   }
 }
 
+std::string Engine::nameOrNext(const std::string& name, const std::string& op,
+                               int processSet) {
+  if (!name.empty()) return name;
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->namesMu);
+    n = impl_->nameCounters[{processSet, op}]++;
+  }
+  std::string set = processSet == 0 ? "" : "ps" + std::to_string(processSet) + ".";
+  return "noname." + op + "." + set + std::to_string(n);
+}
+
+void Engine::resetNames() {
+  std::lock_guard<std::mutex> lock(impl_->namesMu);
+  impl_->nameCounters.clear();
+}
+
 Handle Engine::barrier(int processSet) {
   impl_->table.memberOf(processSet, "barrier");
   PendingOp op;

@@ -57,6 +57,11 @@ struct Engine::Impl : CallerCycles {
   Impl(Config c, Identity id, std::shared_ptr<Store> s, std::vector<std::vector<int>> staticSets);
 
   Handle push(std::vector<PendingOp> ops);
+
+  // Engine::nameOrNext's counters, per (process set, op).
+  std::mutex namesMu;
+  std::map<std::pair<int, std::string>, uint64_t> nameCounters;  // guarded by namesMu
+
   void stopAndJoin();
   // What connecting a process set needs (constructor and cycles).
   ProcessSetContext processSetContext();

@@ -339,13 +339,26 @@ void Engine::Impl::handOffOnLoop(ProcessSetState& set,
   done->handles.reserve(ops.size());
   // Negotiation is over for them: their names are free for the next step.
   releaseOnLoop(set, ops);
+  std::vector<std::pair<std::string, std::function<void(void*)>>> enqueuedNotices;
   for (const auto& it : ops) {
+    if (it->second.entry.onEnqueued) {
+      enqueuedNotices.emplace_back(it->first, std::move(it->second.entry.onEnqueued));
+    }
     done->names.push_back(it->first);
     done->onDone.push_back(std::move(it->second.entry.onDone));
     done->handles.push_back(std::move(it->second.handle));
     set.pending.erase(it);
   }
   for (const auto& h : done->handles) h->markEnqueued(fence);
+  // The adapters' notice of stage one (Entry::onEnqueued), before any
+  // waiter of it wakes.
+  for (const auto& it : enqueuedNotices) {
+    try {
+      it.second(fence.doneEvent.get());
+    } catch (const std::exception& e) {
+      log->error("enqueued callback for '{}' threw: {}", it.first, e.what());
+    }
+  }
   // Wakes only waiters of stage one (waitEnqueued, or a waiter of done
   // that now polls the done event); the others sleep until done.
   for (const auto& h : done->handles) h->wakeStage();

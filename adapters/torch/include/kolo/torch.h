@@ -303,12 +303,13 @@ class Context {
   ProcessSetInfo process_set_info(ProcessSet process_set) const;
 
   /// `name` if not empty, else the next generated name for `op` in the set
-  /// ("noname.<op>.<n>"; other sets: "noname.<op>.ps<id>.<n>").
+  /// ("noname.<op>.<n>"; other sets: "noname.<op>.ps<id>.<n>"), from the
+  /// engine's counters (Engine::nameOrNext), which every adapter and the
+  /// Python bindings share. An elastic reset makes a new engine, whose
+  /// counters start at 0 on every rank.
   std::string name_or_next(const std::string& name, const char* op,
                            ProcessSet process_set = {});
-  /// Generated names start again at 0 in every set. Elastic resets call this
-  /// in every rank of a new world (new workers start at 0), so unnamed
-  /// operations match again.
+  /// Generated names start again at 0 in every set (Engine::resetNames).
   void reset_names();
 
  private:
@@ -316,8 +317,6 @@ class Context {
   Context() = default;  ///< the default engine
 
   Engine* engine_ = nullptr;  ///< null: kolo::defaultEngine()
-  std::mutex countersMu_;
-  std::map<std::pair<int, std::string>, uint64_t> counters_;  ///< (set, op) -> next
 };
 
 /// The context of kolo::defaultEngine(); valid before init() (it resolves the

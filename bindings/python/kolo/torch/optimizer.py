@@ -490,6 +490,37 @@ def _adasum_hooks(base):
             "_kolo_local_step": local}
 
 
+def _retarget_scheduler_step(wrapped, cls):
+    """An LR scheduler made before the wrapping replaced the optimizer's step
+    on the instance (torch.optim.lr_scheduler counts the optimizer's steps
+    so): a wrapper bound to the unwrapped class's step, which would skip the
+    reduction on every step() of the shared attribute namespace. It becomes
+    the same bookkeeping around this class's step. Any other replacement is
+    refused rather than silently left to skip the reduction."""
+    patched = wrapped.__dict__.get("step")
+    if patched is None:
+        return
+    counts = getattr(patched, "_with_counter", False)  # torch 1.13 - 2.1
+    flags = getattr(patched, "_wrapped_by_lr_sched", False)  # torch 2.2 and later
+    if not counts and not flags:
+        raise ValueError(
+            "kolo.torch.DistributedOptimizer: the optimizer's step was replaced on the "
+            "instance (optimizer.step = %r), so step() would not reduce the gradients; wrap "
+            "the optimizer first and replace step afterwards, if at all" % (patched,))
+
+    def step(*args, **kwargs):
+        if counts:
+            wrapped._step_count = getattr(wrapped, "_step_count", 0) + 1
+        if flags:
+            wrapped._opt_called = True
+        return cls.step(wrapped, *args, **kwargs)
+
+    step._with_counter = counts
+    step._wrapped_by_lr_sched = flags
+    step.__wrapped__ = cls.step
+    wrapped.__dict__["step"] = step
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -545,6 +576,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     # One attribute namespace for both objects: param_groups, state and
     # defaults stay shared even when load_state_dict() replaces them.
     wrapped.__dict__ = optimizer.__dict__
+    _retarget_scheduler_step(wrapped, cls)
     wrapped._kolo_setup(named_parameters, compression, backward_passes_per_step, op,
                         gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped

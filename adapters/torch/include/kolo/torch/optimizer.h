@@ -11,18 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "kolo/gradients.h"
 #include "kolo/torch.h"  // which includes this file at its end (#pragma once ends the cycle)
 
 namespace kolo::torch {
 
 /// How DistributedOptimizer sends gradients (DistributedOptimizerOptions::
-/// compression). Only float32 and float64 gradients are cast; others travel
-/// as they are.
-enum class Compression {
-  kNone,  ///< As they are.
-  kFP16,  ///< gradients travel as float16 and are cast back after the reduction
-  kBF16,  ///< same with bfloat16
-};
+/// compression): kNone, kFP16 or kBF16 (kolo/gradients.h). Only float32 and
+/// float64 gradients are cast; others travel as they are.
+using Compression = kolo::Compression;
 
 /// Settings of a DistributedOptimizer; the defaults reduce every gradient
 /// with Average over all ranks, uncompressed. Checked by the constructor
@@ -44,7 +41,9 @@ struct DistributedOptimizerOptions {
   double gradient_predivide_factor = 1.0;
   /// Gradients of one group are reduced together once all are ready on this
   /// rank. num_groups > 0 splits the parameters (optimizer order) into that
-  /// many contiguous groups; or list groups of parameter names explicitly.
+  /// many contiguous groups as Horovod does (the first ones one longer: 10
+  /// in 4 are 3,3,2,2; kolo::splitIntoGroups); or list groups of parameter
+  /// names explicitly.
   int num_groups = 0;
   /// Explicit groups of parameter names (see num_groups); parameters in no
   /// group are reduced on their own.
