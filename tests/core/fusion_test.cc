@@ -311,5 +311,36 @@ TEST(MessageTable, ReadyOnlyWhenAllRanksSubmitAndReportsWaiters) {
   EXPECT_EQ(ready[0].kind, ResponseKind::kOk);
 }
 
+TEST(MessageTable, ALocalSetChangeIsReadyOnceItsMembersAloneSubmitted) {
+  MessageTable table({0, 1, 2, 3}, "");
+  RequestMsg m;
+  m.request.name = "kolo.local_set.pair";
+  m.request.op = OpType::kProcessSet;
+  m.setChange.ranks = {1, 3};
+  m.setChange.localKey = "pair";
+  table.add(3, m);
+  EXPECT_TRUE(table.popReady().empty());
+  // Only member 1 is missing; ranks 0 and 2 are never waited for.
+  auto waiting = table.waiting();
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].missingRanks, (std::vector<int>{1}));
+  table.add(1, m);
+  auto ready = table.popReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].kind, ResponseKind::kOk);
+  EXPECT_EQ(ready[0].setChange.localKey, "pair");
+  // Members that disagree on the ranks of one key: an error naming both.
+  RequestMsg other = m;
+  other.setChange.ranks = {1, 2, 3};
+  table.add(1, m);
+  table.add(3, other);
+  ready = table.popReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].kind, ResponseKind::kError);
+  EXPECT_NE(ready[0].error.find("local process set 'pair': its members disagree"),
+            std::string::npos)
+      << ready[0].error;
+}
+
 }  // namespace
 }  // namespace kolo

@@ -81,6 +81,40 @@ TEST(Wire, ProcessSetChangesRoundTripAndAreChecked) {
   EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 3), Internal);
 }
 
+TEST(Wire, LocalProcessSetChangesRoundTripAndAreChecked) {
+  RequestList list;
+  RequestMsg m;
+  m.request.name = "kolo.local_set.pipeline";
+  m.request.op = OpType::kProcessSet;
+  m.setChange.ranks = {1, 2};
+  m.setChange.localKey = "pipeline";
+  list.requests.push_back(m);
+  m.request.name = "kolo.local_set_removal.pipeline";
+  m.setChange.localRemove = true;
+  list.requests.push_back(m);
+  auto back = wire::decodeRequestList(wire::encode(list), 3);
+  ASSERT_EQ(back.requests.size(), 2u);
+  EXPECT_EQ(back.requests[0].setChange.localKey, "pipeline");
+  EXPECT_FALSE(back.requests[0].setChange.localRemove);
+  EXPECT_TRUE(back.requests[1].setChange.localRemove);
+  EXPECT_EQ(back.requests[1].setChange.ranks, (std::vector<int32_t>{1, 2}));
+  ResponseList responses;
+  Response r;
+  r.op = OpType::kProcessSet;
+  r.names = {"kolo.local_set.pipeline"};
+  r.shapes = {{}};
+  r.setChange = m.setChange;
+  responses.responses.push_back(r);
+  const Response got = wire::decodeResponseList(wire::encode(responses), 3).responses[0];
+  EXPECT_EQ(got.setChange, m.setChange);
+  // A local change names its members; a removal without a key is malformed.
+  responses.responses[0].setChange.ranks.clear();
+  EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 3), Internal);
+  responses.responses[0].setChange = ProcessSetChange{};
+  responses.responses[0].setChange.localRemove = true;
+  EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 3), Internal);
+}
+
 TEST(Wire, RoundTrips) {
   auto req = wire::decodeRequestList(wire::encode(sampleRequests()), 2);
   ASSERT_EQ(req.requests.size(), 2u);

@@ -110,6 +110,8 @@ struct ProcessSetInfo {
   int id = 0;  ///< The set's id (0: all ranks).
   std::vector<int> ranks;  ///< ranks of the job, ascending
   int rank = -1;           ///< this rank's place in ranks; -1: not a member
+  /// A local set's key (Engine::addLocalProcessSet); empty for the others.
+  std::string key;
   /// Number of ranks in the set.
   int size() const { return static_cast<int>(ranks.size()); }
   /// True when this rank is a member.
@@ -262,6 +264,15 @@ struct TuningState {
 /// 0): every rank calls addProcessSet/removeProcessSet with the same
 /// arguments in the same order. Ids are assigned in that order (1, 2, ...)
 /// and never reused.
+///
+/// Local sets (addLocalProcessSet) are made and removed by their members
+/// alone, each member on its own time; ranks outside one never hear of it.
+/// The members agree on a key instead of an id: each rank numbers its local
+/// sets itself, from kFirstLocalProcessSetId up, so one set's id may differ
+/// between its members. A local set is installed at one point of set 0's
+/// order on all its members (negotiated among them alone), and runs its
+/// cycles in install order among the others: every set a rank belongs to,
+/// local or not, still runs in one order that all its members share.
 class Engine {
  public:
   /// Rendezvous with the other ranks through store (bounded by
@@ -321,8 +332,34 @@ class Engine {
   /// when ranks called it differently.
   int addProcessSet(std::vector<int> ranks);
   /// Removes a process set; its pending operations fail. Collective over all
-  /// ranks. Throws InvalidArgument for set 0 and for unknown ids.
+  /// ranks. Throws InvalidArgument for set 0, for unknown ids and for local
+  /// sets (removeLocalProcessSet).
   void removeProcessSet(int id);
+  /// The first id a rank gives its local sets; ids of sets that every rank
+  /// adds stay below it.
+  static constexpr int kFirstLocalProcessSetId = 1 << 24;
+  /// Creates a process set that only its members call this for (each once,
+  /// with the same key and ranks, in any order relative to their other
+  /// local sets and to other ranks' calls); ranks outside it do nothing.
+  /// Returns this rank's id for it (kFirstLocalProcessSetId and up, never
+  /// reused). key names the set for the whole job: not empty, and never
+  /// given before on this rank (the store keeps each key's connections). Several local sets may
+  /// have the same ranks. Blocks until every member called it: the members connect among themselves
+  /// on the calling thread (through the engine's store, under key), then the set is installed on
+  /// every member at one point of the engine's order. Throws InvalidArgument for bad ranks, a rank
+  /// that is not among them or a key given before, Timeout (naming the set and its members) when a
+  /// member does not come within Config::timeout, and Mismatch when members passed different ranks
+  /// for one key. A stall that Config::stallShutdownTime ends (an operation some members never
+  /// submit) fails that set's operations and removes the set on every
+  /// member, with an error naming its members; the engine and its other
+  /// sets go on. Any thread but the engine's own (not from a callback).
+  int addLocalProcessSet(const std::string& key, std::vector<int> ranks);
+  /// Removes a local set (id from addLocalProcessSet); its pending
+  /// operations fail. Called by every member of the set, each with its own
+  /// id for it; blocks until all of them did. Throws InvalidArgument for an
+  /// id that is not a local set of this rank (sets every rank added go
+  /// through removeProcessSet).
+  void removeLocalProcessSet(int id);
   /// Any thread. Throws InvalidArgument for unknown ids.
   ProcessSetInfo processSet(int id) const;
   /// Every set that exists now, by increasing id.

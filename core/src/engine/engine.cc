@@ -143,6 +143,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
     table.add(setId, ranks);
     if (std::binary_search(ranks.begin(), ranks.end(), identity.rank)) {
       sets[setId] = connectProcessSet(processSetContext(), setId, ranks);
+      sets[setId]->order = nextOrder++;
     }
   }
   for (auto& [setId, set] : sets) set->executor->setTimeline(timeline.get());
@@ -321,12 +322,17 @@ ProcessSetContext Engine::Impl::processSetContext() {
   return ProcessSetContext{config, identity, store, localAddress, hosts, tunables, gpuDevices};
 }
 
-std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange change) {
-  std::lock_guard<std::mutex> lock(changeMu);
+std::shared_ptr<HandleState> Engine::Impl::changeProcessSets(ProcessSetChange change,
+                                                             std::string name) {
+  std::unique_lock<std::mutex> lock(changeMu, std::defer_lock);
   PendingOp op;
-  // Every rank changes the sets in the same order, so the n-th change has
-  // the same name everywhere; the coordinator checks that they agree.
-  op.msg.request.name = "kolo.process_set." + std::to_string(changeCount++);
+  if (name.empty()) {
+    // Every rank changes the sets in the same order, so the n-th change has
+    // the same name everywhere; the coordinator checks that they agree.
+    lock.lock();
+    name = "kolo.process_set." + std::to_string(changeCount++);
+  }
+  op.msg.request.name = std::move(name);
   op.msg.request.op = OpType::kProcessSet;
   op.msg.setChange = std::move(change);
   op.handle = newHandle(spinTime, gate);
@@ -352,9 +358,74 @@ int Engine::addProcessSet(std::vector<int> ranks) {
   return state->processSetId;
 }
 
+int Engine::addLocalProcessSet(const std::string& key, std::vector<int> ranks) {
+  KOLO_CHECK_ARG(!key.empty(),
+                 "add_local_process_set: the key is empty; give the set a name "
+                 "that its members share and no other set of the job has");
+  ranks = checkedProcessSetRanks(std::move(ranks), impl_->identity.size, "add_local_process_set");
+  const std::string label = localProcessSetLabel(key, ranks);
+  KOLO_CHECK_ARG(std::binary_search(ranks.begin(), ranks.end(), impl_->identity.rank),
+                 "add_local_process_set: this rank (" + std::to_string(impl_->identity.rank) +
+                     ") is not a member of " + label + "; only its members call this");
+  KOLO_CHECK_ARG(!impl_->runningCyclesHere(),
+                 "add_local_process_set: called from a completion callback; call it from "
+                 "another thread");
+  {
+    std::lock_guard<std::mutex> lock(impl_->localMu);
+    KOLO_CHECK_ARG(impl_->localKeys.insert(key).second,
+                   "add_local_process_set: key '" + key +
+                       "' was given before on this rank; every local set needs a new key");
+  }
+  const int id = impl_->nextLocalId++;
+  // The members connect among themselves here, off the loop thread (which
+  // goes on running this rank's other sets); then one op of set 0, which
+  // only they submit, installs the set on each of them at one point.
+  std::unique_ptr<ProcessSetState> set;
+  try {
+    set = connectProcessSet(impl_->processSetContext(), id, ranks, key);
+  } catch (const Timeout& e) {
+    throw Timeout(std::string(e.what()) + " (add_local_process_set: every member of " + label +
+                  " must call it with the same key and ranks)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->localMu);
+    impl_->localConnected[key] = std::move(set);
+  }
+  ProcessSetChange change;
+  change.ranks.assign(ranks.begin(), ranks.end());
+  change.localKey = key;
+  try {
+    impl_->changeProcessSets(std::move(change), "kolo.local_set." + key);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(impl_->localMu);
+    impl_->localConnected.erase(key);  // not installed: its connections close
+    throw;
+  }
+  return id;
+}
+
+void Engine::removeLocalProcessSet(int id) {
+  const ProcessSetInfo info = impl_->table.info(id);  // InvalidArgument when unknown
+  KOLO_CHECK_ARG(!info.key.empty(), "remove_local_process_set: process set " + std::to_string(id) +
+                                        " was added by every rank; remove it with "
+                                        "remove_process_set on every rank");
+  KOLO_CHECK_ARG(!impl_->runningCyclesHere(),
+                 "remove_local_process_set: called from a completion callback; call it from "
+                 "another thread");
+  ProcessSetChange change;
+  change.ranks.assign(info.ranks.begin(), info.ranks.end());
+  change.localKey = info.key;
+  change.localRemove = true;
+  impl_->changeProcessSets(std::move(change), "kolo.local_set_removal." + info.key);
+}
+
 void Engine::removeProcessSet(int id) {
   KOLO_CHECK_ARG(id != 0, "remove_process_set: the global process set (0) cannot be removed");
-  impl_->table.info(id);  // InvalidArgument when unknown
+  const ProcessSetInfo info = impl_->table.info(id);  // InvalidArgument when unknown
+  KOLO_CHECK_ARG(info.key.empty(),
+                 "remove_process_set: " + localProcessSetLabel(info.key, info.ranks) +
+                     " is a local set; its members remove it with "
+                     "remove_local_process_set");
   ProcessSetChange change;
   change.removeId = id;
   impl_->changeProcessSets(std::move(change));

@@ -13,7 +13,10 @@
 #include <condition_variable>
 #include <map>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "autotune/autotuner.h"
 #include "comm/select.h"
@@ -63,8 +66,9 @@ struct Engine::Impl : CallerCycles {
   // What connecting a process set needs (constructor and cycles).
   ProcessSetContext processSetContext();
   // Queues an internal op of set 0 changing the process sets and waits for
-  // it; returns its completed state (processSetId: the set added).
-  std::shared_ptr<HandleState> changeProcessSets(ProcessSetChange change);
+  // it; returns its completed state (processSetId: the set added). name:
+  // the op's name (empty: the next of the changes every rank makes).
+  std::shared_ptr<HandleState> changeProcessSets(ProcessSetChange change, std::string name = "");
 
   // Hands a timeline (or nullptr: stop) to the loop and waits until the
   // loop switched to it. Any thread.
@@ -112,6 +116,14 @@ struct Engine::Impl : CallerCycles {
   void gpuEventsOnLoop();
   // Applies a process set change of set 0's response r (every rank, same point).
   void changeProcessSetOnLoop(const Response& r);
+  // A local set's change (members only; others return at once). changed:
+  // this rank's id of the set added or removed.
+  Status changeLocalProcessSetOnLoop(const ProcessSetChange& change, int& changed);
+  // Makes a connected set one of this rank's sets, cycled after the others.
+  void installSetOnLoop(std::unique_ptr<ProcessSetState> set);
+  // Fails the set's ops with why, keeps its counters and forgets it.
+  void retireSetOnLoop(std::map<int, std::unique_ptr<ProcessSetState>>::iterator it,
+                       const Status& why);
   // Closes ops' timeline spans, frees their names for new operations and
   // publishes the counters (the first part of ending them).
   void releaseOnLoop(ProcessSetState& set, const std::vector<PendingMap::iterator>& ops);
@@ -165,7 +177,8 @@ struct Engine::Impl : CallerCycles {
   // The sets this rank belongs to, by id (set 0 first).
   std::map<int, std::unique_ptr<ProcessSetState>> sets;
   int nextSetId = 1;              // id of the next set added
-  std::vector<int> cycleIds;      // the sets after set 0, this iteration
+  int64_t nextOrder = 1;          // ProcessSetState::order of the next set installed
+  std::vector<std::pair<int64_t, int>> cycleIds;  // (order, id) of the sets after set 0
   EngineStats retiredStats;       // counters of removed sets
   std::vector<PendingOp> drained;  // empty between iterations, but for a caller's kYield
   // Config::spinTime, or its default for this host (constructor).
@@ -190,6 +203,13 @@ struct Engine::Impl : CallerCycles {
   std::atomic<bool> abortRequested{false};
   std::mutex changeMu;  // serialises process set changes of caller threads
   int changeCount = 0;  // guarded by changeMu: names them, same on every rank
+
+  // Local sets (addLocalProcessSet): connected by callers, installed by the loop.
+  std::atomic<int> nextLocalId{Engine::kFirstLocalProcessSetId};
+  std::mutex localMu;               // guards the two below
+  std::set<std::string> localKeys;  // every key this rank gave (never reused)
+  // Connected and waiting for set 0's response that installs them.
+  std::map<std::string, std::unique_ptr<ProcessSetState>> localConnected;
 
   // Timeline hand-off from any thread to the loop.
   std::mutex timelineMu;

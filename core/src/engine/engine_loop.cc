@@ -5,7 +5,7 @@
 // process set this rank belongs to, set 0 first, then the others in
 // increasing id. Every member of a set therefore runs that set's cycles in
 // the same sequence, interleaved with the other sets' in one global order
-// ((iteration, id)), which keeps the sets deadlock-free among each other;
+// ((iteration, install order)), which keeps the sets deadlock-free among each other;
 // a rank never runs the cycles of a set it is not in.
 #include <algorithm>
 #include <functional>
@@ -35,13 +35,22 @@ Engine::Impl::Iteration Engine::Impl::iterateOnLoop(std::chrono::steady_clock::t
     routeOnLoop(drained, true);
     if (!cycleOnLoop(*sets.at(0), cycleStart, busy)) return Iteration::kEnded;
     routeOnLoop(drained, false);
-    // Only set 0's cycle (above) adds or removes sets.
+    // Only set 0's cycle (above) adds or removes sets (and a stall ends a
+    // local set at the end of its own cycle). They run in install order,
+    // which every member of two sets shares: for sets every rank adds it is
+    // their id's.
     cycleIds.clear();
     for (const auto& [id, set] : sets) {
-      if (id != 0) cycleIds.push_back(id);
+      if (id != 0) cycleIds.emplace_back(set->order, id);
     }
-    for (int id : cycleIds) {
-      if (!cycleOnLoop(*sets.at(id), cycleStart, busy)) return Iteration::kEnded;
+    std::sort(cycleIds.begin(), cycleIds.end());
+    for (const auto& [order, id] : cycleIds) {
+      auto it = sets.find(id);
+      if (!cycleOnLoop(*it->second, cycleStart, busy)) return Iteration::kEnded;
+      if (it->second->ended) {
+        const std::string label = it->second->label;
+        retireSetOnLoop(it, Status{ErrorCode::kInvalidArgument, label + " was ended by a stall"});
+      }
     }
     if (tuner) {
       if (auto d = tuner->onCycle(std::chrono::steady_clock::now(),

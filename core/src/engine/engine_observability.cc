@@ -67,6 +67,16 @@ bool Engine::Impl::stallRoundOnLoop(ProcessSetState& set) {
     failAllOnLoop(status);
     return false;
   }
+  if (!set.key.empty()) {
+    // A local set: only its members got it, and they all end the set here
+    // (its cycle's caller removes it); the engine and its other sets go on.
+    // Gone from the table first: a caller that sees its op fail finds the
+    // set gone too.
+    table.remove(set.id);
+    failSetOnLoop(set, status);
+    set.ended = true;
+    return true;
+  }
   // Only the set's members got it. They fail, and end the job through an
   // abort, which set 0's next cycle tells every rank about (ranks outside
   // the set must not wait for them).

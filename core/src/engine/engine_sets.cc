@@ -1,19 +1,82 @@
 // Engine: adding and removing process sets (the cycles' thread). A change is an
 // internal operation of set 0, so every rank applies it at the same point
 // of set 0's response order; the set's members connect (or close) its
-// channels right there, before any of its cycles.
+// channels right there, before any of its cycles. A local set's change is
+// submitted by its members alone (they connected beforehand, on their
+// callers' threads) and applied by them alone, at that same kind of point.
 #include <algorithm>
 
 #include "engine/engine_impl.h"
 
 namespace kolo {
 
+void Engine::Impl::retireSetOnLoop(std::map<int, std::unique_ptr<ProcessSetState>>::iterator it,
+                                   const Status& why) {
+  ProcessSetState& set = *it->second;
+  const int id = set.id;
+  failSetOnLoop(set, why);
+  const EngineStats& s = set.stats;
+  retiredStats.coordinatorRounds += s.coordinatorRounds;
+  retiredStats.cachedResponses += s.cachedResponses;
+  retiredStats.responses += s.responses;
+  retiredStats.fusedTensors += s.fusedTensors;
+  retiredStats.backendCalls += s.backendCalls;
+  retiredStats.bytesReduced += s.bytesReduced;
+  retiredStats.stallChecks += s.stallChecks;
+  sets.erase(it);  // closes its connections; every member does it here
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    publishedSetStats.erase(id);
+  }
+  table.remove(id);
+}
+
+void Engine::Impl::installSetOnLoop(std::unique_ptr<ProcessSetState> set) {
+  set->executor->setTimeline(timeline.get());
+  set->order = nextOrder++;
+  const int id = set->id;
+  table.add(id, set->ranks, set->key);
+  sets[id] = std::move(set);
+}
+
+Status Engine::Impl::changeLocalProcessSetOnLoop(const ProcessSetChange& change, int& changed) {
+  const std::vector<int> ranks(change.ranks.begin(), change.ranks.end());
+  if (!std::binary_search(ranks.begin(), ranks.end(), identity.rank)) return Status::Ok();
+  const std::string label = localProcessSetLabel(change.localKey, ranks);
+  if (change.localRemove) {
+    const int id = table.findLocal(change.localKey);
+    auto it = sets.find(id);
+    if (it == sets.end()) return Status::Ok();  // a stall ended it meanwhile
+    changed = id;
+    retireSetOnLoop(it, Status{ErrorCode::kInvalidArgument,
+                               label + " was removed while this operation was pending"});
+    log->debug("removed {}", label);
+    return Status::Ok();
+  }
+  std::unique_ptr<ProcessSetState> set;
+  {
+    std::lock_guard<std::mutex> lock(localMu);
+    auto it = localConnected.find(change.localKey);
+    if (it != localConnected.end()) {
+      set = std::move(it->second);
+      localConnected.erase(it);
+    }
+  }
+  KOLO_ENFORCE(set != nullptr, label + " was installed but this rank never connected it");
+  changed = set->id;
+  installSetOnLoop(std::move(set));
+  log->debug("added {} as local id {}", label, changed);
+  return Status::Ok();
+}
+
 void Engine::Impl::changeProcessSetOnLoop(const Response& r) {
   ProcessSetState& global = *sets.at(0);
   const ProcessSetChange& change = r.setChange;
   Status status = Status::Ok();
   int added = -1;
-  if (!change.ranks.empty()) {
+  if (change.local()) {
+    status = changeLocalProcessSetOnLoop(change, added);
+  } else if (!change.ranks.empty()) {
     std::vector<int> ranks(change.ranks.begin(), change.ranks.end());
     const int existing = table.find(ranks);
     if (existing >= 0) {
@@ -24,19 +87,20 @@ void Engine::Impl::changeProcessSetOnLoop(const Response& r) {
                           " already has these ranks"};
     } else {
       added = nextSetId++;
-      table.add(added, ranks);
       if (std::binary_search(ranks.begin(), ranks.end(), identity.rank)) {
-        auto set = connectProcessSet(processSetContext(), added, std::move(ranks));
-        set->executor->setTimeline(timeline.get());
-        sets[added] = std::move(set);
+        installSetOnLoop(connectProcessSet(processSetContext(), added, ranks));
+      } else {
+        table.add(added, ranks);
       }
-      log->debug("added {}", processSetLabel(added, table.info(added).ranks));
+      log->debug("added {}", processSetLabel(added, ranks));
     }
   } else {
     const int id = change.removeId;
     auto known = table.all();
-    const bool exists = id != 0 && std::any_of(known.begin(), known.end(),
-                                               [&](const ProcessSetInfo& i) { return i.id == id; });
+    const bool exists =
+        id != 0 && std::any_of(known.begin(), known.end(), [&](const ProcessSetInfo& i) {
+          return i.id == id && i.key.empty();
+        });
     if (!exists) {
       status = Status{ErrorCode::kInvalidArgument,
                       "remove_process_set: process set " + std::to_string(id) +
@@ -45,27 +109,17 @@ void Engine::Impl::changeProcessSetOnLoop(const Response& r) {
     } else {
       auto it = sets.find(id);
       if (it != sets.end()) {
-        ProcessSetState& set = *it->second;
-        failSetOnLoop(set, Status{ErrorCode::kInvalidArgument,
-                                  set.label + " was removed while this operation was pending"});
-        const EngineStats& s = set.stats;
-        retiredStats.coordinatorRounds += s.coordinatorRounds;
-        retiredStats.cachedResponses += s.cachedResponses;
-        retiredStats.responses += s.responses;
-        retiredStats.fusedTensors += s.fusedTensors;
-        retiredStats.backendCalls += s.backendCalls;
-        retiredStats.bytesReduced += s.bytesReduced;
-        retiredStats.stallChecks += s.stallChecks;
-        sets.erase(it);  // closes its connections; every member does it here
-        std::lock_guard<std::mutex> lock(mu);
-        publishedSetStats.erase(id);
+        retireSetOnLoop(
+            it, Status{ErrorCode::kInvalidArgument,
+                       it->second->label + " was removed while this operation was pending"});
+      } else {
+        table.remove(id);
       }
-      table.remove(id);
       log->debug("removed process set {}", id);
     }
   }
   auto it = global.pending.find(r.names[0]);
-  if (it == global.pending.end()) return;  // joined: applied without asking
+  if (it == global.pending.end()) return;  // joined, or outside a local set
   {
     std::lock_guard<std::mutex> lock(it->second.handle->mu);
     it->second.handle->processSetId = added;

@@ -30,6 +30,10 @@ std::string processSetLabel(int id, const std::vector<int>& ranks) {
   return "process set " + std::to_string(id) + " (ranks " + rankList(ranks) + ")";
 }
 
+std::string localProcessSetLabel(const std::string& key, const std::vector<int>& ranks) {
+  return "process set '" + key + "' (ranks " + rankList(ranks) + ")";
+}
+
 std::vector<int> checkedProcessSetRanks(std::vector<int> ranks, int size, const char* what) {
   if (ranks.empty()) throw InvalidArgument(std::string(what) + ": a process set needs ranks");
   std::sort(ranks.begin(), ranks.end());
@@ -48,9 +52,9 @@ std::vector<int> checkedProcessSetRanks(std::vector<int> ranks, int size, const 
 
 // ---- ProcessSetTable ----------------------------------------------------------
 
-void ProcessSetTable::add(int id, std::vector<int> ranks) {
+void ProcessSetTable::add(int id, std::vector<int> ranks, std::string key) {
   std::lock_guard<std::mutex> lock(mu_);
-  sets_[id] = Entry{std::move(ranks), false};
+  sets_[id] = Entry{std::move(ranks), false, std::move(key)};
 }
 
 void ProcessSetTable::remove(int id) {
@@ -62,6 +66,7 @@ ProcessSetInfo ProcessSetTable::infoLocked(int id, const Entry& e) const {
   ProcessSetInfo info;
   info.id = id;
   info.ranks = e.ranks;
+  info.key = e.key;
   auto it = std::lower_bound(e.ranks.begin(), e.ranks.end(), rank_);
   if (it != e.ranks.end() && *it == rank_) info.rank = static_cast<int>(it - e.ranks.begin());
   return info;
@@ -87,7 +92,15 @@ std::vector<ProcessSetInfo> ProcessSetTable::all() const {
 int ProcessSetTable::find(const std::vector<int>& ranks) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, e] : sets_) {
-    if (e.ranks == ranks) return id;
+    if (e.key.empty() && e.ranks == ranks) return id;
+  }
+  return -1;
+}
+
+int ProcessSetTable::findLocal(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : sets_) {
+    if (!e.key.empty() && e.key == key) return id;
   }
   return -1;
 }
@@ -131,11 +144,14 @@ void ProcessSetTable::setJoined(int id, bool joined) {
 // ---- ProcessSetState ------------------------------------------------------------
 
 ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity identity_,
-                                 const Config& config)
+                                 const Config& config, std::string key_)
     : id(id_),
       ranks(std::move(ranks_)),
       identity(identity_),
-      label(id_ == 0 ? "" : processSetLabel(id_, ranks)),
+      key(std::move(key_)),
+      label(id_ == 0      ? ""
+            : key.empty() ? processSetLabel(id_, ranks)
+                          : localProcessSetLabel(key, ranks)),
       cache(config.cacheCapacity),
       stall(config, identity, messageRanks(id_, ranks, config), label),
       joined(ranks.size(), false) {}
@@ -173,16 +189,18 @@ Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
 }
 
 std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,
-                                                   std::vector<int> ranks) {
+                                                   std::vector<int> ranks, const std::string& key) {
   Identity identity = ctx.job;
   std::shared_ptr<Store> store = ctx.store;
   std::vector<int> worldRanks;
   if (id != 0) {
     identity = processSetIdentity(ctx.job, ranks, ctx.hosts);
-    store = std::make_shared<PrefixStore>("ps/" + std::to_string(id) + "/", ctx.store);
+    const std::string prefix =
+        key.empty() ? "ps/" + std::to_string(id) + "/" : "ps/local/" + key + "/";
+    store = std::make_shared<PrefixStore>(prefix, ctx.store);
     worldRanks = ranks;
   }
-  auto set = std::make_unique<ProcessSetState>(id, std::move(ranks), identity, ctx.config);
+  auto set = std::make_unique<ProcessSetState>(id, std::move(ranks), identity, ctx.config, key);
   comm::BackendArgs controlArgs{ctx.config, set->identity,
                                 std::make_shared<PrefixStore>("control/", store),
                                 ctx.localAddress, worldRanks};

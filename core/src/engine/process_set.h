@@ -22,6 +22,8 @@ namespace kolo {
 
 // "process set 2 (ranks 0,2)".
 std::string processSetLabel(int id, const std::vector<int>& ranks);
+// A local set's: "process set 'key' (ranks 0,2)" (its id differs between ranks).
+std::string localProcessSetLabel(const std::string& key, const std::vector<int>& ranks);
 
 // The numbers messages of set id call its ranks (job ranks, ascending) by:
 // Config::rankNames for set 0 when given, else ranks themselves.
@@ -38,14 +40,18 @@ class ProcessSetTable {
  public:
   explicit ProcessSetTable(int rank) : rank_(rank) {}
 
-  void add(int id, std::vector<int> ranks);
+  // key: a local set's (Engine::addLocalProcessSet); empty for the others.
+  void add(int id, std::vector<int> ranks, std::string key = "");
   void remove(int id);
 
   // InvalidArgument for unknown ids.
   ProcessSetInfo info(int id) const;
   std::vector<ProcessSetInfo> all() const;
-  // The id of the set with exactly these (sorted) ranks, or -1.
+  // The id of the set every rank added with exactly these (sorted) ranks,
+  // or -1. Local sets do not count: the other ranks do not know them.
   int find(const std::vector<int>& ranks) const;
+  // The id of the local set with this key, or -1.
+  int findLocal(const std::string& key) const;
   // What an operation named `what` on set id runs in: InvalidArgument when
   // the set does not exist or this rank is not a member.
   ProcessSetInfo memberOf(int id, const std::string& what) const;
@@ -60,6 +66,7 @@ class ProcessSetTable {
   struct Entry {
     std::vector<int> ranks;
     bool joined = false;
+    std::string key;  // local sets only
   };
   ProcessSetInfo infoLocked(int id, const Entry& e) const;
 
@@ -78,7 +85,14 @@ struct ProcessSetState {
   int id = 0;
   std::vector<int> ranks;  // job ranks, ascending
   Identity identity;       // this rank's place in the set
-  std::string label;       // processSetLabel(); empty for set 0
+  std::string key;         // a local set's key; empty for the others
+  std::string label;       // processSetLabel() (local: localProcessSetLabel()); empty for set 0
+  // Where the set's cycles run among the others (ascending): the order in
+  // which this rank installed them, which every member shares because
+  // every install happens at one point of set 0's order.
+  int64_t order = 0;
+  // A local set that a stall ended on every member: removed after its cycle.
+  bool ended = false;
   EngineStats stats;       // this set's counters (loop thread)
   ResponseCache cache;
   std::unique_ptr<Controller> controller;
@@ -92,7 +106,8 @@ struct ProcessSetState {
   std::vector<int> evictedThisCycle;
   std::vector<bool> joined;  // by set rank: joined since the set's last join completed
 
-  ProcessSetState(int id, std::vector<int> ranks, Identity identity, const Config& config);
+  ProcessSetState(int id, std::vector<int> ranks, Identity identity, const Config& config,
+                  std::string key = "");
 
   // "op 'name'" errors of this set start with the label.
   std::string prefixed(const std::string& message) const {
@@ -129,7 +144,10 @@ Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
 // every member calls this at the same point (set 0 and static sets in the
 // Engine constructor, added sets when set 0's response adds them). Blocks
 // until every member is connected (Timeout after config.timeout).
+// A local set (key not empty) connects under its key instead of its id, on
+// a caller's thread while the loop runs (Engine::addLocalProcessSet).
 std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,
-                                                   std::vector<int> ranks);
+                                                   std::vector<int> ranks,
+                                                   const std::string& key = "");
 
 }  // namespace kolo

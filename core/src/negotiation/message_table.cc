@@ -16,6 +16,10 @@ std::string fmtScale(double v) {
 }
 
 std::string describeChange(const ProcessSetChange& c) {
+  if (c.local()) {
+    return std::string(c.localRemove ? "removal of" : "") + " local process set '" + c.localKey +
+           "' of ranks " + bracketed(c.ranks);
+  }
   if (c.ranks.empty()) return "removal of process set " + std::to_string(c.removeId);
   return "a process set of ranks " + bracketed(c.ranks);
 }
@@ -61,6 +65,13 @@ std::string findMismatch(const std::string& name,
     if (a.op == OpType::kProcessSet) {
       const ProcessSetChange& ca = perRank[first]->setChange;
       const ProcessSetChange& cb = perRank[r]->setChange;
+      if (ca != cb && (ca.local() || cb.local())) {
+        return "local process set '" + ca.localKey +
+               "': its members disagree (every member must call add_local_process_set with "
+               "the same key and ranks): rank " +
+               std::to_string(ranks[first]) + " asked for" + describeChange(ca) + ", rank " +
+               std::to_string(ranks[r]) + " for" + describeChange(cb);
+      }
       if (ca != cb) {
         return "process set change #" + name.substr(name.rfind('.') + 1) +
                ": ranks disagree (every rank must call add_process_set/remove_process_set "
@@ -169,12 +180,31 @@ std::string MessageTable::checkReceived(const std::string& name, const Row& row,
   return "";
 }
 
+// The members of the local process set a row changes (job ranks, which are
+// set 0's ranks), or nullptr for any other row: such a row waits for its
+// members alone, any other for every rank that has not joined.
+const std::vector<int32_t>* MessageTable::localMembers(const Row& row) const {
+  for (int r = 0; r < size_; ++r) {
+    if (!row.perRank[r]) continue;
+    const RequestMsg& m = *row.perRank[r];
+    return m.request.op == OpType::kProcessSet && m.setChange.local() ? &m.setChange.ranks
+                                                                      : nullptr;
+  }
+  return nullptr;
+}
+
+bool MessageTable::expected(const std::vector<int32_t>* members, int rank) const {
+  if (members) return std::binary_search(members->begin(), members->end(), rank);
+  return !joined_[rank];
+}
+
 bool MessageTable::readyRow(const Row& row) const {
+  const std::vector<int32_t>* members = localMembers(row);
   bool any = false;
   for (int r = 0; r < size_; ++r) {
     if (row.perRank[r]) {
       any = true;
-    } else if (!joined_[r]) {
+    } else if (expected(members, r)) {
       return false;
     }
   }
@@ -298,8 +328,9 @@ std::vector<MessageTable::Waiting> MessageTable::waiting() const {
   auto now = std::chrono::steady_clock::now();
   for (const auto& [name, row] : rows_) {
     Waiting w{name, {}, now - row.firstSeen};
+    const std::vector<int32_t>* members = localMembers(row);
     for (int r = 0; r < size_; ++r) {
-      if (!row.perRank[r] && !joined_[r]) w.missingRanks.push_back(ranks_[r]);
+      if (!row.perRank[r] && expected(members, r)) w.missingRanks.push_back(ranks_[r]);
     }
     if (!w.missingRanks.empty()) out.push_back(std::move(w));
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,11 @@ class MessageTable {
   };
 
   bool readyRow(const Row& row) const;
+  // The members of the local process set that row changes; nullptr when
+  // it is not such a change.
+  const std::vector<int32_t>* localMembers(const Row& row) const;
+  // Whether a row with these localMembers waits for a request of (set) rank.
+  bool expected(const std::vector<int32_t>* members, int rank) const;
   // alltoall: "" when every rank that gave receive splits gets the rows it
   // expects from each rank (sent: rows from rank i to rank j at i * size + j),
   // else the error naming the first receiver and sender that disagree.

@@ -10,13 +10,20 @@
 namespace kolo {
 
 // kProcessSet: the change every rank applies at this point of set 0's
-// response order.
+// response order. A local change (localKey set) is submitted by the set's
+// members alone and ready once all of them did; the members apply it at
+// this point, every other rank ignores it.
 struct ProcessSetChange {
   std::vector<int32_t> ranks;  // add a set of these ranks (ascending); empty: remove
   int32_t removeId = -1;       // remove this set
+  std::string localKey;        // a local set's key (Engine::addLocalProcessSet)
+  bool localRemove = false;    // with localKey: remove that set (ranks: its members)
 
+  // A change of a local set (its members alone submit it).
+  bool local() const { return !localKey.empty(); }
   bool operator==(const ProcessSetChange& o) const {
-    return ranks == o.ranks && removeId == o.removeId;
+    return ranks == o.ranks && removeId == o.removeId && localKey == o.localKey &&
+           localRemove == o.localRemove;
   }
   bool operator!=(const ProcessSetChange& o) const { return !(*this == o); }
 };

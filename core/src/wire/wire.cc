@@ -46,7 +46,8 @@ void checkScale(double s, const char* what) {
 }
 
 // A process set change: ascending ranks of the job, or one id to remove.
-ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId, int worldSize,
+ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId,
+                             const fb::String* localKey, bool localRemove, int worldSize,
                              const char* what) {
   ProcessSetChange c;
   if (ranks != nullptr) {
@@ -60,6 +61,10 @@ ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId,
   }
   c.removeId = removeId;
   if (c.removeId < -1) malformed(what, "negative process set id");
+  c.localKey = localKey ? localKey->str() : "";
+  c.localRemove = localRemove;
+  if (c.local() && c.ranks.empty()) malformed(what, "local process set change without ranks");
+  if (c.localRemove && !c.local()) malformed(what, "local process set removal without a key");
   return c;
 }
 
@@ -78,6 +83,7 @@ std::vector<char> encode(const RequestList& list) {
     auto setRanks = b.CreateVector(m.setChange.ranks);
     auto recvSplits = b.CreateVector(r.recvSplits);
     auto call = b.CreateString(r.call);
+    auto setKey = b.CreateString(m.setChange.localKey);
     gen::RequestBuilder rb(b);
     rb.add_name(name);
     rb.add_op(static_cast<uint8_t>(r.op));
@@ -96,6 +102,8 @@ std::vector<char> encode(const RequestList& list) {
     rb.add_set_remove(m.setChange.removeId);
     rb.add_recv_splits(recvSplits);
     rb.add_call(call);
+    rb.add_set_key(setKey);
+    rb.add_set_local_remove(m.setChange.localRemove);
     reqs.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(reqs);
@@ -120,6 +128,7 @@ std::vector<char> encode(const ResponseList& list) {
     auto rankDims = b.CreateVector(r.rankDims);
     auto error = b.CreateString(r.error);
     auto setRanks = b.CreateVector(r.setChange.ranks);
+    auto setKey = b.CreateString(r.setChange.localKey);
     gen::ResponseBuilder rb(b);
     rb.add_kind(static_cast<uint8_t>(r.kind));
     rb.add_op(static_cast<uint8_t>(r.op));
@@ -136,6 +145,8 @@ std::vector<char> encode(const ResponseList& list) {
     rb.add_rank_arg(r.rankArg);
     rb.add_set_ranks(setRanks);
     rb.add_set_remove(r.setChange.removeId);
+    rb.add_set_key(setKey);
+    rb.add_set_local_remove(r.setChange.localRemove);
     resps.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(resps);
@@ -193,7 +204,8 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
     m.group = r->group() ? r->group()->str() : "";
     m.groupSize = r->group_size();
     if (m.groupSize < 0) malformed(what, "negative group size");
-    m.setChange = setChangeOf(r->set_ranks(), r->set_remove(), worldSize, what);
+    m.setChange = setChangeOf(r->set_ranks(), r->set_remove(), r->set_key(), r->set_local_remove(),
+                              worldSize, what);
     out.requests.push_back(std::move(m));
   }
   return out;
@@ -235,7 +247,8 @@ ResponseList decodeResponseList(const std::vector<char>& bytes, int worldSize) {
     checkDims(p.rankDims, what);
     p.error = r->error() ? r->error()->str() : "";
     p.rankArg = r->rank_arg();
-    p.setChange = setChangeOf(r->set_ranks(), r->set_remove(), worldSize, what);
+    p.setChange = setChangeOf(r->set_ranks(), r->set_remove(), r->set_key(), r->set_local_remove(),
+                              worldSize, what);
     if (p.kind == ResponseKind::kOk) {
       if (p.names.empty()) malformed(what, "response without tensors");
       if (p.shapes.size() != p.names.size()) malformed(what, "shapes do not match names");

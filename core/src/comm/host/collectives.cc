@@ -70,13 +70,13 @@ void Collectives::launch(const char* what, const void* a, const void* b, Clique:
   device_ = device;
   comm::cuda::DeviceContext& ctx = devices_->at(device);
   runtime_->launch(ctx.stream(), HostRuntime::Stage::kCollective,
-                   [clique = clique_, state = state_, rank = rank_, part, outBytes,
+                   [clique = clique_, state = state_, rank = rank_, device, part, outBytes,
                     compute = std::move(compute), timeout = timeout_, what] {
                      {
                        std::lock_guard<std::mutex> lock(state->mu);
                        if (!state->failure.ok()) return;  // aborted: ends at once
                      }
-                     const Status s = clique->run(rank, part, outBytes, compute, timeout);
+                     const Status s = clique->run(rank, device, part, outBytes, compute, timeout);
                      if (s.ok()) return;
                      std::lock_guard<std::mutex> lock(state->mu);
                      if (state->failure.ok()) {

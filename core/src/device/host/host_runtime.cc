@@ -12,6 +12,7 @@
 
 #include "common/thread_name.h"
 #include "device/host/clique.h"
+#include "device/host/device_turns.h"
 #include "device/host/host_runtime_parts.h"
 #include "kernels/reduce.h"
 
@@ -44,6 +45,7 @@ HostRuntime::HostRuntime(int devices)
       pinCount_(devices, 0) {
   KOLO_CHECK_ARG(devices >= 1, "host runtime: needs at least one device");
   callbacks_.resize(static_cast<size_t>(devices));
+  turns_ = std::make_unique<DeviceTurns>(devices);
 }
 
 HostRuntime::~HostRuntime() {
@@ -254,10 +256,12 @@ void HostRuntime::runStream(HostStream* s) {
       continue;
     }
     s->busy = true;
+    s->running = task.stage;
     lock.unlock();
     task.fn();  // never throws: tasks catch what they report elsewhere
     lock.lock();
     s->busy = false;
+    s->running = Stage::kCount;
     changed_.notify_all();
   }
 }
@@ -293,10 +297,12 @@ void HostRuntime::wait(Stream stream, Event event) {
   enqueue(stream, Stage::kCount, [this, e, &s, target] {
     std::unique_lock<std::mutex> lock(mu_);
     // A fault on either device ends the wait: nothing behind it runs then.
+    s.waiting = true;
     changed_.wait(lock, [&] {
       return e->completed >= target || s.stop || !faults_[e->device].ok() ||
              !faults_[s.device].ok();
     });
+    s.waiting = false;
   });
 }
 
@@ -415,12 +421,29 @@ bool HostRuntime::idle(int device) const {
   return true;
 }
 
+bool HostRuntime::settled(int device) const {
+  checkDevice(device);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : streams_) {
+    if (s->device != device) continue;
+    const bool idle = !s->busy && s->tasks.empty();
+    const bool blocked = s->busy && (s->waiting || s->running == Stage::kCollective);
+    if (!idle && !blocked) return false;
+  }
+  return true;
+}
+
+uint64_t HostRuntime::collectiveOn(int device) const {
+  checkDevice(device);
+  return turns_->holder(device);
+}
+
 std::shared_ptr<Clique> HostRuntime::clique(uint64_t id, int size) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = cliques_[id];
   std::shared_ptr<Clique> c = slot.lock();
   if (!c) {
-    c = std::make_shared<Clique>(size);
+    c = std::make_shared<Clique>(size, id, turns_.get());
     slot = c;
   }
   KOLO_ENFORCE(c->size() == size, "host runtime: clique " + std::to_string(id) + " has " +

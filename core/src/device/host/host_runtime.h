@@ -36,6 +36,7 @@
 namespace kolo::device::host {
 
 class Clique;
+class DeviceTurns;
 
 class HostRuntime final : public Runtime {
  public:
@@ -158,8 +159,15 @@ class HostRuntime final : public Runtime {
   // The clique of `size` members named id (device/host/collectives.h), made
   // by the first member to ask; newCliqueId() names a new one (the
   // ncclGetUniqueId of this runtime).
+  // A device runs one clique's collective at a time (device_turns.h):
+  // collectives issued in different orders on two devices fail at once.
   std::shared_ptr<Clique> clique(uint64_t id, int size);
   uint64_t newCliqueId();
+  // Tests: the id of the clique whose collective holds device now (0: none).
+  uint64_t collectiveOn(int device) const;
+  // Tests: no stream of device can go on by itself: each is idle, waits
+  // for an event, or runs a collective (which may wait for its peers).
+  bool settled(int device) const;
 
  private:
   struct HostStream;
@@ -206,6 +214,7 @@ class HostRuntime final : public Runtime {
   std::map<uintptr_t, std::pair<size_t, int>> allocations_;  // start -> (bytes, device)
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::map<uint64_t, std::weak_ptr<Clique>> cliques_;
+  std::unique_ptr<DeviceTurns> turns_;  // every clique's devices (set in the constructor)
   std::shared_ptr<const std::function<void()>> beforeHostFunc_;  // beforeHostFunctions
   // Host functions run on a callback thread per device (made on the
   // device's first hostFunc), as CUDA runs them on a driver thread, and

@@ -17,6 +17,8 @@ struct HostRuntime::HostStream {
   int device = 0;
   std::deque<Task> tasks;  // guarded by the runtime's mu_
   bool busy = false;       // a task runs now
+  Stage running = Stage::kCount;  // the stage of the task that runs now
+  bool waiting = false;           // that task waits for an event (wait())
   bool stop = false;
   // Wakes the stream's thread while it has nothing to run (new work, stop):
   // only it, where the runtime's changed_ would wake every stream's.
