@@ -60,7 +60,7 @@ nitpick_ignore_regex = [
     (r"py:class", r"kolo\.torch\.compression\.\w+Compressor"),
     (r"cpp:identifier", r"(::)?(std|torch|at|c10|c10d|gloo|ncclComm_t|cudaStream_t|int\d+_t|uint\d+_t|size_t)(::.*|<.*)?"),
     # kolo's implementation details, named in public headers' private parts.
-    (r"cpp:identifier", r"(detail|detail::.*|Impl|HandleState)"),
+    (r"cpp:identifier", r"(detail|detail::.*|Impl|HandleState|State)"),
     # The device runtime seam Config::deviceRuntime points to: internal
     # (docs/developers/device-runtime.md), only tests set it.
     (r"cpp:identifier", r"device::Runtime"),

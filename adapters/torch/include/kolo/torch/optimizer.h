@@ -35,7 +35,7 @@ struct DistributedOptimizerOptions {
   /// skip_synchronize() throws.
   ReduceOp op = Average;
   /// How gradients travel (Compression::kFP16 halves the bytes).
-  Compression compression = Compression::kNone;
+  Compression compression = kolo::Compression::kNone;
   /// Average only: multiply by 1/f before the reduction and by f after the
   /// averaging (keeps large sums in range, as Horovod does).
   double gradient_predivide_factor = 1.0;

@@ -25,7 +25,7 @@ struct GradientReducerOptions {
   /// synchronize() reduces nothing (the owner reduces parameter updates).
   ReduceOp op = ReduceOp::kAverage;
   /// Gradients travel as float16/bfloat16 when asked (floating types only).
-  Compression compression = Compression::kNone;
+  Compression compression = kolo::Compression::kNone;
   /// Average only: multiply by 1/f before the reduction and by f after it.
   double gradient_predivide_factor = 1.0;
   /// Buckets given by the caller, as indices into the parameters; each is
