@@ -441,6 +441,13 @@ void Engine::Impl::stopAndJoin() {
   if (joinedThread) return;
   if (thread.joinable()) thread.join();
   joinedThread = true;
+  Status why;
+  {
+    std::lock_guard<std::mutex> failed(mu);
+    why = failure;
+  }
+  if (why.ok()) why = Status{ErrorCode::kShutdown, "the engine was shut down"};
+  stopPeersAfterLoop(why);
 }
 
 void Engine::shutdown() {

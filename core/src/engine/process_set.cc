@@ -1,5 +1,7 @@
 #include "engine/process_set.h"
 
+#include "engine/peer_pair.h"
+
 #include <algorithm>
 
 #include "comm/cuda/device_set.h"
@@ -152,7 +154,8 @@ ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity iden
       label(id_ == 0      ? ""
             : key.empty() ? processSetLabel(id_, ranks)
                           : localProcessSetLabel(key, ranks)),
-      cache(config.cacheCapacity),
+      // A pair's messages are named anew each time: nothing to cache.
+      cache(isPairKey(key) ? 0 : config.cacheCapacity),
       stall(config, identity, messageRanks(id_, ranks, config), label),
       joined(ranks.size(), false) {}
 
