@@ -71,7 +71,9 @@ if command -v ccache >/dev/null; then
             --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 start=$SECONDS
-PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+# Two compile jobs unless told otherwise (CI's machine has two cores).
+PATH="$venv/bin:$PATH" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --no-build-isolation --force-reinstall --no-deps --config-settings=build-dir="$build" "${launcher[@]}" \
   "$source_dir"
 echo "built and installed in $((SECONDS - start)) s"
