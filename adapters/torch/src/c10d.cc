@@ -8,6 +8,7 @@
 #include "c10d_peers.h"
 #include "c10d_store.h"
 #include "c10d_work.h"
+#include "kolo/identity.h"
 #include "kolo/kolo.h"
 #include "kolo/tcp_store.h"
 #include "tensor_util.h"
@@ -185,12 +186,10 @@ kolo::Config groupConfig(const ProcessGroupKoloOptions& o) {
 }
 
 // rank and size, with the local and cross ranks from every rank's host key
-// (kolo::hostKey()), exchanged through store.
+// (kolo::hostKey()), exchanged through store, as the core defines them
+// (kolo::identityFromHosts, which its process sets use too).
 kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
                                std::chrono::milliseconds timeout) {
-  kolo::Identity id;
-  id.rank = rank;
-  id.size = size;
   const std::string mine = kolo::hostKey();
   store.set("kolo/c10d/host/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<std::string> hosts;
@@ -198,15 +197,7 @@ kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
     auto bytes = store.get("kolo/c10d/host/" + std::to_string(r), timeout);
     hosts.emplace_back(bytes.begin(), bytes.end());
   }
-  id.localRank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + rank, mine));
-  id.localSize = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
-  std::vector<std::string> order;
-  for (const auto& h : hosts) {
-    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
-  }
-  id.crossRank = static_cast<int>(std::find(order.begin(), order.end(), mine) - order.begin());
-  id.crossSize = static_cast<int>(order.size());
-  return id;
+  return kolo::identityFromHosts(rank, hosts);
 }
 
 // Under kolorun, tells it this rank reached rendezvous (as kolo::init()
