@@ -8,6 +8,7 @@
 #include "c10d_peers.h"
 #include "c10d_store.h"
 #include "c10d_work.h"
+#include "kolo/arrival.h"
 #include "kolo/identity.h"
 #include "kolo/kolo.h"
 #include "kolo/tcp_store.h"
@@ -206,19 +207,7 @@ kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
 // through torch's store, which kolorun does not watch.
 void announceArrival(std::chrono::milliseconds timeout) {
   static std::once_flag once;
-  std::call_once(once, [&] {
-    LaunchInfo info;
-    try {
-      info = launchInfoFromEnv();
-    } catch (const kolo::Error&) {
-      return;  // not kolorun's environment (init_process_group reads torch's)
-    }
-    if (info.launcher != "kolo" || info.rendezvous.addr.empty()) return;
-    TcpStoreOptions options;
-    options.connectTimeout = timeout;
-    makeTcpStore(info.rendezvous.addr, info.rendezvous.port, info.rendezvous.secret, options)
-        ->set("kolo/arrived/" + std::to_string(info.identity.rank), {'1'});
-  });
+  std::call_once(once, [&] { kolo::announceArrival(timeout); });
 }
 
 }  // namespace
