@@ -1,9 +1,15 @@
 # Installs libkolo and exports kolo::core (and kolo::torch when built) so a
-# user's project can find_package(kolo).
+# user's project can find_package(kolo), with components: "core"
+# (koloTargets.cmake: kolo::core, kolo::kolorun) and "torch"
+# (koloTorchTargets.cmake: kolo::torch, which needs LibTorch);
+# cmake/koloConfig.cmake.in says which it loads.
 include(CMakePackageConfigHelpers)
 
 set(KOLO_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kolo)
 install(EXPORT koloTargets NAMESPACE kolo:: DESTINATION ${KOLO_CMAKE_DIR})
+if(TARGET kolo_torch)
+  install(EXPORT koloTorchTargets NAMESPACE kolo:: DESTINATION ${KOLO_CMAKE_DIR})
+endif()
 configure_package_config_file(
   ${CMAKE_CURRENT_SOURCE_DIR}/cmake/koloConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/koloConfig.cmake
@@ -34,14 +40,16 @@ kolo_install_rpath(kolorun ${CMAKE_INSTALL_BINDIR})
 if(TARGET kolo_torch)
   kolo_install_rpath(kolo_torch ${CMAKE_INSTALL_LIBDIR})
 endif()
-if(TARGET kolo_python)
-  kolo_install_rpath(kolo_python ${KOLO_PYTHON_PACKAGE_INSTALL_DIR})
-endif()
+foreach(target kolo_python kolo_python_torch)
+  if(TARGET ${target})
+    kolo_install_rpath(${target} ${KOLO_PYTHON_PACKAGE_INSTALL_DIR})
+  endif()
+endforeach()
 
 # Every shared object kolo installs exports kolo's API only
 # (cmake/KoloExports.cmake).
 kolo_export_api(kolo_core)
-foreach(target kolo_torch kolo_python)
+foreach(target kolo_torch kolo_python kolo_python_torch)
   if(TARGET ${target})
     kolo_export_api(${target})
   endif()

@@ -5,8 +5,11 @@
 #
 #   KOLO_WITH_TORCH  auto (ON when LibTorch is found): adapters/torch and,
 #                    with a matching interpreter, bindings/python.
-#   KOLO_PYTHON      the interpreter to build the kolo package for. It must
-#                    import the torch whose LibTorch is linked: when that
+#   KOLO_PYTHON      the interpreter to build the kolo package for. Without
+#                    torch there, kolo is built without the LibTorch
+#                    adapter: the framework-free package only (import kolo;
+#                    no kolo.torch). With torch, it must be the torch
+#                    whose LibTorch is linked: when that
 #                    torch ships LibTorch's CMake files (pip's), they are
 #                    used, whatever CMAKE_PREFIX_PATH / Torch_DIR say.
 #                    Without it: scikit-build-core's interpreter (pip
@@ -56,23 +59,31 @@ endif()
 # CMAKE_PREFIX, VERSION, PYBIND11_DIR}.
 function(kolo_query_python python prefix)
   set(script [=[
-import os, sys
-try:
-    import torch
-except Exception as e:
-    print("error: cannot import torch: %s" % e); sys.exit(1)
+import os, sys, sysconfig
 try:
     import pybind11
     pb = pybind11.get_cmake_dir()
 except Exception:
     pb = ""
+try:
+    import torch
+except Exception as e:
+    if os.environ.get("KOLO_QUERY_TORCH_OPTIONAL") != "1":
+        print("error: cannot import torch: %s" % e); sys.exit(1)
+    print("")
+    print(sysconfig.get_paths()["purelib"])
+    print("")
+    print("%d.%d" % sys.version_info[:2])
+    print(pb)
+    sys.exit(0)
 print(torch.__version__)
 print(os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__))))
 print(getattr(torch.utils, "cmake_prefix_path", ""))
 print("%d.%d" % sys.version_info[:2])
 print(pb)
 ]=])
-  execute_process(COMMAND ${python} -c "${script}" RESULT_VARIABLE rv
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env KOLO_QUERY_TORCH_OPTIONAL=${KOLO_QUERY_TORCH_OPTIONAL}
+                          ${python} -c "${script}" RESULT_VARIABLE rv
                   OUTPUT_VARIABLE out ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rv EQUAL 0)
     set(${prefix}_OK FALSE PARENT_SCOPE)
@@ -101,6 +112,20 @@ print(pb)
   set(${prefix}_PYBIND11_DIR "${pb}" PARENT_SCOPE)
 endfunction()
 
+# kolo_python_development(PYTHON): pybind11 needs the Development.Module
+# part of that interpreter (its headers); stops with what to install when
+# they are missing.
+# A macro: FindPython's results (Python_FOUND, which pybind11 reads) stay
+# in the including scope.
+macro(kolo_python_development python)
+  set(Python_EXECUTABLE ${python} CACHE FILEPATH "" FORCE)
+  find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+  if(NOT Python_Development.Module_FOUND)
+    message(FATAL_ERROR "Python headers not found for ${python}: install python3-dev (apt) or "
+                        "the interpreter's development files")
+  endif()
+endmacro()
+
 # ---- the interpreter, when it is known before LibTorch: KOLO_PYTHON, or
 # the one scikit-build-core runs for.
 set(_kolo_py "")
@@ -110,10 +135,25 @@ elseif(SKBUILD AND Python_EXECUTABLE)
   set(_kolo_py ${Python_EXECUTABLE})
 endif()
 if(_kolo_py)
+  set(KOLO_QUERY_TORCH_OPTIONAL 1)
   kolo_query_python(${_kolo_py} _kolo_q)
+  set(KOLO_QUERY_TORCH_OPTIONAL 0)
   if(NOT _kolo_q_OK)
-    message(FATAL_ERROR "${_kolo_py} cannot `import torch` (${_kolo_q_ERROR}): install torch "
-                        "for it (pip install torch) or point -DKOLO_PYTHON at one that has it")
+    message(FATAL_ERROR "${_kolo_py} does not run (${_kolo_q_ERROR}): point -DKOLO_PYTHON at a "
+                        "working interpreter")
+  endif()
+  if(_kolo_q_TORCH_VERSION STREQUAL "")
+    # No torch there: the framework-free package (kolo, kolo._kolo) only;
+    # no LibTorch adapter, no kolo.torch.
+    message(STATUS "${_kolo_py} has no torch: building kolo without the LibTorch adapter "
+                   "(import kolo works; kolo.torch needs torch, then a rebuild)")
+    kolo_python_development(${_kolo_py})
+    set(KOLO_WITH_TORCH OFF)
+    set(KOLO_PYTHON_EXECUTABLE ${_kolo_py})
+    set(KOLO_PYTHON_SITE_DIR ${_kolo_q_SITE_DIR})
+    set(KOLO_PYTHON_VERSION ${_kolo_q_VERSION})
+    set(KOLO_PYBIND11_DIR "${_kolo_q_PYBIND11_DIR}")
+    return()
   endif()
   # That interpreter's LibTorch (pip's torch ships its CMake files; Debian's
   # python3-torch does not, and its LibTorch is found in the system).
@@ -284,13 +324,8 @@ if(_kolo_py)
       "${Torch_VERSION} (${Torch_DIR}). Use that interpreter's: drop CMAKE_PREFIX_PATH/Torch_DIR "
       "or set -DCMAKE_PREFIX_PATH=$(${_kolo_py} -c 'import torch;print(torch.utils.cmake_prefix_path)')")
   endif()
-  # After LibTorch (whose CMake asks for the interpreter alone): pybind11
-  # needs the Development.Module part of the same interpreter.
-  find_package(Python COMPONENTS Interpreter Development.Module QUIET)
-  if(NOT Python_Development.Module_FOUND)
-    message(FATAL_ERROR "Python ${_kolo_q_VERSION} headers not found for ${_kolo_py}: "
-                        "install python3-dev (apt) or the interpreter's development files")
-  endif()
+  # After LibTorch (whose CMake asks for the interpreter alone).
+  kolo_python_development(${_kolo_py})
   set(KOLO_PYTHON_EXECUTABLE ${_kolo_py})
   set(KOLO_PYTHON_TORCH_VERSION ${_kolo_q_TORCH_VERSION})
   set(KOLO_PYTHON_SITE_DIR ${_kolo_q_SITE_DIR})

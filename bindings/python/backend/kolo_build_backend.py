@@ -2,11 +2,13 @@
 every hook to scikit-build-core, which builds the wheel through the
 project's CMake (pyproject.toml names this module with backend-path).
 
-kolo's extension is compiled against the LibTorch of the torch installed in
-the environment it is built in, so that torch must be there and importable:
-`pip install --no-build-isolation .` (with build isolation pip builds in a
-fresh environment without torch). Anything missing stops the build with
-one line saying what to install."""
+kolo's torch extension (kolo._kolo_torch, behind kolo.torch) is compiled
+against the LibTorch of the torch installed in the environment it is built
+in: `pip install --no-build-isolation .` (with build isolation pip builds
+in a fresh environment without torch). Without torch there, kolo is built
+without it: `import kolo` (the array API, kolo.run, kolo.ray, kolo.spark)
+works, kolo.torch says it needs torch. Anything missing stops the build
+with one line saying what to install."""
 import os
 import shutil
 import sys
@@ -63,12 +65,10 @@ def check_environment():
     try:
         import torch
     except ImportError:
-        raise BuildEnvironmentError(
-            "kolo builds against the torch installed in the target environment, but %s "
-            "cannot import torch: install it first (pip install torch), then %s"
-            % (sys.executable, INSTALL_HINT)) from None
-    check_torch_version(torch.__version__)
-    if getattr(torch.version, "cuda", None) and not _find_nvcc():
+        torch = None  # built without torch: the framework-free package only
+    if torch is not None:
+        check_torch_version(torch.__version__)
+    if torch is not None and getattr(torch.version, "cuda", None) and not _find_nvcc():
         raise BuildEnvironmentError(
             "this environment has a CUDA build of torch (%s, CUDA %s), and building against "
             "it needs the CUDA toolkit (nvcc), which was not found: install it (or set "
@@ -88,9 +88,17 @@ def check_environment():
         except ImportError:
             missing.append("cmake")
     if missing:
+        # Without torch as well, say so in the same line: kolo.torch needs it.
+        torch_note = "" if torch is not None else (
+            " (and for kolo.torch: %s cannot import torch: install it first (pip install "
+            "torch), then %s)" % (sys.executable, INSTALL_HINT))
         raise BuildEnvironmentError(
-            "building kolo needs %s in %s's environment: pip install %s, then %s"
-            % (", ".join(missing), sys.executable, " ".join(missing), INSTALL_HINT))
+            "building kolo needs %s in %s's environment: pip install %s, then %s%s"
+            % (", ".join(missing), sys.executable, " ".join(missing), INSTALL_HINT, torch_note))
+    if torch is None:
+        print("kolo: %s has no torch: building kolo without kolo.torch (import kolo, its array "
+              "API, kolo.run, kolo.ray and kolo.spark work); install torch and rebuild for "
+              "kolo.torch" % sys.executable, file=sys.stderr)
 
 
 def _backend():

@@ -1,10 +1,11 @@
-// The primitives under kolo.torch.elastic (kolo/elastic.h): whether this is
+// The primitives under kolo's elastic API (kolo/elastic.h): whether this is
 // an elastic worker, the collective host-update check, the re-initialisation
 // into the next world, and the sampler's partitioning. The Python layer
-// (kolo/torch/elastic/) holds the horovod.torch.elastic API on top.
+// holds the horovod.elastic API on top.
+#include <pybind11/stl.h>
+
 #include "bindings.h"
 #include "kolo/elastic.h"
-#include "kolo/torch.h"
 
 namespace kolo::python {
 
@@ -21,9 +22,6 @@ void bindElastic(py::module_& m) {
         "formed (rank 0 asks, everyone gets its answer).");
   m.def("elastic_reset", &ke::detail::resetWorld, Release(), py::arg("reason"),
         "shutdown() and init() into the next world, telling the driver why this worker left.");
-  m.def(
-      "reset_names", [] { kolo::torch::default_context().reset_names(); },
-      "Generated operation names start again at 0 (every rank of a new world).");
 
   py::class_<ke::ElasticSampler>(m, "ElasticSamplerCore",
                                  "kolo::elastic::ElasticSampler: the epoch's order, the "

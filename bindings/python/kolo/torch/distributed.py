@@ -25,13 +25,13 @@ from datetime import timedelta as _timedelta
 
 import torch.distributed as _dist
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 
 #: The backend's name, as ``init_process_group`` and ``new_group`` take it.
 BACKEND = "kolo"
 
 #: The class of kolo's process groups (a c10d backend).
-ProcessGroupKolo = _kolo.ProcessGroupKolo
+ProcessGroupKolo = _kolo_torch.ProcessGroupKolo
 
 
 def _seconds(timeout):
@@ -45,14 +45,14 @@ def _create(options, backend_options=None):
     the store, the group's rank, size, timeout, name and global ranks)."""
     del backend_options  # kolo reads its settings from KOLO_* variables
     global_ranks = [int(r) for r in (options.global_ranks_in_group or [])]
-    return _kolo._create_process_group(
-        store=options.store,
-        rank=options.group_rank,
-        size=options.group_size,
-        timeout=_seconds(options.timeout),
-        group_name=str(options.group_id),
-        global_ranks=global_ranks,
-    )
+    return _kolo_torch._create_process_group(
+              store=options.store,
+              rank=options.group_rank,
+              size=options.group_size,
+              timeout=_seconds(options.timeout),
+              group_name=str(options.group_id),
+              global_ranks=global_ranks,
+          )
 
 
 def _register():

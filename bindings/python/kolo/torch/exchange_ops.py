@@ -4,7 +4,7 @@ where Horovod has one, grouped or in place. Arguments and naming as in
 kolo.torch.ops."""
 import torch
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch._args import (_as_int, _grad_name, _INT64_MAX, _kind, _name, _rank_arg,
                               _set_rank, _sid, _tensor, _tensor_list)
 from kolo.torch.ops import Average, allreduce, grouped_allreduce_async
@@ -25,8 +25,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         KoloInvalidArgumentError: (a ValueError) as allreduce_async();
             later errors come from synchronize().
     """
-    return Handle([_kolo.allgather_async(_tensor(tensor, "allgather_async"), _name(name),
-                                         _sid(process_set))], _single)
+    return Handle([_kolo_torch.allgather_async(_tensor(tensor, "allgather_async"), _name(name),
+                                               _sid(process_set))], _single)
 
 
 def _allgather_grad(grads, rows, name, process_set):
@@ -49,8 +49,8 @@ def _allgather_grad(grads, rows, name, process_set):
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        handle = _kolo.allgather_async(_tensor(tensor, "allgather"), _name(name),
-                                       _sid(process_set))
+        handle = _kolo_torch.allgather_async(_tensor(tensor, "allgather"), _name(name),
+                                             _sid(process_set))
         out = handle.wait()
         ctx.name, ctx.process_set = name, process_set
         ctx.rows = [list(handle.received_splits())]
@@ -98,15 +98,15 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         Handle: one for the group; ``synchronize(handle)`` returns the list
         of gathered tensors.
     """
-    handles = _kolo.grouped_allgather_async(_tensor_list(tensors, "grouped_allgather_async"),
-                                            _name(name), _sid(process_set))
+    handles = _kolo_torch.grouped_allgather_async(_tensor_list(tensors, "grouped_allgather_async"),
+                                                  _name(name), _sid(process_set))
     return Handle(handles, _listed)
 
 
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        handles = _kolo.grouped_allgather_async(list(tensors), _name(name), _sid(process_set))
+        handles = _kolo_torch.grouped_allgather_async(list(tensors), _name(name), _sid(process_set))
         outs = [h.wait() for h in handles]
         ctx.name, ctx.process_set = name, process_set
         ctx.rows = [list(h.received_splits()) for h in handles]
@@ -146,8 +146,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
         Handle: ``synchronize(handle)`` returns root_rank's tensor (new).
     """
     fn = "broadcast_async"
-    return Handle([_kolo.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
-                                         _name(name), False, _sid(process_set))], _single)
+    return Handle([_kolo_torch.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
+                                               _name(name), False, _sid(process_set))], _single)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -158,8 +158,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
         root_rank's values (leave tensor alone until then).
     """
     fn = "broadcast_async_"
-    return Handle([_kolo.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
-                                         _name(name), True, _sid(process_set))], _single)
+    return Handle([_kolo_torch.broadcast_async(_tensor(tensor, fn), _rank_arg(root_rank, fn),
+                                               _name(name), True, _sid(process_set))], _single)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -264,8 +264,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         received_splits an int32 tensor, whether or not splits was given.
     """
     fn = "alltoall_async"
-    return Handle([_kolo.alltoall_async(_tensor(tensor, fn), _splits_list(splits, fn),
-                                        _name(name), _sid(process_set))], _alltoall_finish)
+    return Handle([_kolo_torch.alltoall_async(_tensor(tensor, fn), _splits_list(splits, fn),
+                                              _name(name), _sid(process_set))], _alltoall_finish)
 
 
 class _Alltoall(torch.autograd.Function):

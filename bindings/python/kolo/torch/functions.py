@@ -4,7 +4,7 @@ import pickle
 
 import torch
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch._args import _rank_arg, _sid
 from kolo.torch.exchange_ops import allgather_async, broadcast_async_
 from kolo.torch.process_sets import global_process_set
@@ -75,7 +75,7 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
             raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (n, type(t)))
         tensors.append((n, t.data))
     with torch.no_grad():
-        _kolo.broadcast_parameters(tensors, root_rank, _sid(process_set))
+        _kolo_torch.broadcast_parameters(tensors, root_rank, _sid(process_set))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -100,8 +100,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """
     root_rank = _rank_arg(root_rank, "broadcast_object")
     is_root = _kolo.rank() == root_rank
-    received = _kolo.broadcast_object_bytes(_dumps(obj) if is_root else b"", root_rank,
-                                            "" if name is None else str(name), _sid(process_set))
+    received = _kolo_torch.broadcast_object_bytes(
+        _dumps(obj) if is_root else b"", root_rank, "" if name is None else str(name),
+        _sid(process_set))
     return obj if is_root else pickle.load(io.BytesIO(received))
 
 
@@ -125,8 +126,8 @@ def allgather_object(obj, name=None, process_set=global_process_set):
         KoloInternalError: a peer failed, timed out or shut down.
     """
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-    base = str(name) if name is not None else _kolo.next_name("allgather_object",
-                                                                 _sid(process_set))
+    base = str(name) if name is not None else _kolo_torch.next_name("allgather_object",
+                                                                       _sid(process_set))
     sizes = synchronize(allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name=base + ".sizes",
         process_set=process_set))
@@ -229,7 +230,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
                         if isinstance(optimizer, torch.optim.SparseAdam):
                             p.grad = p.grad.to_sparse()
     is_root = _kolo.rank() == root_rank
-    base = _kolo.next_name("broadcast", _sid(process_set))
+    base = _kolo_torch.next_name("broadcast", _sid(process_set))
     local = []
     layout = _strip_tensors(optimizer.state_dict(), local) if is_root else None
     layout = broadcast_object(layout, root_rank, name=base + ".layout", process_set=process_set)

@@ -20,7 +20,7 @@ conventions; the in-place and asynchronous ones are not.
 """
 import torch
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch._args import (_check_compression, _check_op, _grad_name, _name, _resolve_op,
                               _scale, _set_size, _sid, _tensor, _tensor_list)
 from kolo.torch.compression import Compression
@@ -66,10 +66,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """
     op = _resolve_op(op, average)
     fn = "allreduce_async"
-    return Handle([_kolo.allreduce_async(_tensor(tensor, fn), op, _name(name),
-                                         _scale(prescale_factor, fn, "prescale_factor"),
-                                         _scale(postscale_factor, fn, "postscale_factor"),
-                                         False, _sid(process_set))], _single)
+    return Handle([_kolo_torch.allreduce_async(_tensor(tensor, fn), op, _name(name),
+                                               _scale(prescale_factor, fn, "prescale_factor"),
+                                               _scale(postscale_factor, fn, "postscale_factor"),
+                                               False, _sid(process_set))], _single)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -86,10 +86,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """
     op = _resolve_op(op, average)
     fn = "allreduce_async_"
-    return Handle([_kolo.allreduce_async(_tensor(tensor, fn), op, _name(name),
-                                         _scale(prescale_factor, fn, "prescale_factor"),
-                                         _scale(postscale_factor, fn, "postscale_factor"),
-                                         True, _sid(process_set))], _single)
+    return Handle([_kolo_torch.allreduce_async(_tensor(tensor, fn), op, _name(name),
+                                               _scale(prescale_factor, fn, "prescale_factor"),
+                                               _scale(postscale_factor, fn, "postscale_factor"),
+                                               True, _sid(process_set))], _single)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -211,10 +211,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """
     op = _resolve_op(op, average)
     fn = "grouped_allreduce_async"
-    handles = _kolo.grouped_allreduce_async(_tensor_list(tensors, fn), op, _name(name),
-                                            _scale(prescale_factor, fn, "prescale_factor"),
-                                            _scale(postscale_factor, fn, "postscale_factor"),
-                                            _sid(process_set))
+    handles = _kolo_torch.grouped_allreduce_async(_tensor_list(tensors, fn), op, _name(name),
+                                                  _scale(prescale_factor, fn, "prescale_factor"),
+                                                  _scale(postscale_factor, fn, "postscale_factor"),
+                                                  _sid(process_set))
     return Handle(handles, _listed)
 
 
@@ -231,10 +231,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     fn = "grouped_allreduce_async_"
     tensors = _tensor_list(tensors, fn)
     op = _resolve_op(op, average)
-    handles = _kolo.grouped_allreduce_async(tensors, op, _name(name),
-                                            _scale(prescale_factor, fn, "prescale_factor"),
-                                            _scale(postscale_factor, fn, "postscale_factor"),
-                                            _sid(process_set))
+    handles = _kolo_torch.grouped_allreduce_async(tensors, op, _name(name),
+                                                  _scale(prescale_factor, fn, "prescale_factor"),
+                                                  _scale(postscale_factor, fn, "postscale_factor"),
+                                                  _sid(process_set))
     return Handle(handles, _copy_back(tensors))
 
 
@@ -306,10 +306,10 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
         reduction.
     """
     fn = "reducescatter_async"
-    return Handle([_kolo.reducescatter_async(_tensor(tensor, fn), _check_op(op), _name(name),
-                                             _scale(prescale_factor, fn, "prescale_factor"),
-                                             _scale(postscale_factor, fn, "postscale_factor"),
-                                             _sid(process_set))], _single)
+    return Handle([_kolo_torch.reducescatter_async(_tensor(tensor, fn), _check_op(op), _name(name),
+                                                   _scale(prescale_factor, fn, "prescale_factor"),
+                                                   _scale(postscale_factor, fn, "postscale_factor"),
+                                                   _sid(process_set))], _single)
 
 
 def _reducescatter_grad(grads, op, scales, name, process_set):
@@ -321,9 +321,10 @@ def _reducescatter_grad(grads, op, scales, name, process_set):
     scaled = [g.contiguous() * factor if factor != 1.0 else g.contiguous() for g in grads]
     # kolo.torch.exchange_ops' allgather_async, which builds on this module
     if len(scaled) == 1:
-        return [_kolo.allgather_async(scaled[0], _name(_grad_name(name)), _sid(process_set)).wait()]
-    return [h.wait() for h in _kolo.grouped_allgather_async(scaled, _name(_grad_name(name)),
-                                                            _sid(process_set))]
+        return [_kolo_torch.allgather_async(scaled[0], _name(_grad_name(name)),
+                                            _sid(process_set)).wait()]
+    return [h.wait() for h in _kolo_torch.grouped_allgather_async(scaled, _name(_grad_name(name)),
+                                                                  _sid(process_set))]
 
 
 class _Reducescatter(torch.autograd.Function):
@@ -385,11 +386,10 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
         of this rank's shares.
     """
     fn = "grouped_reducescatter_async"
-    handles = _kolo.grouped_reducescatter_async(_tensor_list(tensors, fn), _check_op(op),
-                                                _name(name),
-                                                _scale(prescale_factor, fn, "prescale_factor"),
-                                                _scale(postscale_factor, fn, "postscale_factor"),
-                                                _sid(process_set))
+    handles = _kolo_torch.grouped_reducescatter_async(
+        _tensor_list(tensors, fn), _check_op(op), _name(name),
+        _scale(prescale_factor, fn, "prescale_factor"),
+        _scale(postscale_factor, fn, "postscale_factor"), _sid(process_set))
     return Handle(handles, _listed)
 
 

@@ -1,6 +1,6 @@
 """DistributedOptimizer: gradients averaged over ranks while backward runs.
 
-The gradients go through kolo's C++ GradientReducer (_kolo.GradientReducer,
+The gradients go through kolo's C++ GradientReducer (_kolo_torch.GradientReducer,
 adapters/torch/src/reducer.cc), the one the C++ DistributedOptimizer uses:
 hooks registered in C++ on the gradient accumulators, buckets of gradients
 submitted as one request each, reduced in place (p.grad becomes a view of its
@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch.compression import Compression
 from kolo.torch._args import _check_compression, _count, _kind, _scale, _sid
 from kolo.torch.ops import Adasum, Average, ReduceOp, Sum
@@ -126,11 +126,11 @@ class _DistributedMixin:
             index = {p: i for i, p in enumerate(self._kolo_params)}
             # On one rank Adasum is the identity: a Sum of one contribution.
             rop = Sum if op == Adasum and not self._kolo_delta else op
-            self._kolo_reducer = _kolo.GradientReducer(
-                [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
-                wire, gradient_predivide_factor,
-                [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX,
-                sparse_as_dense, self._kolo_set, BUCKET_BYTES)
+            self._kolo_reducer = _kolo_torch.GradientReducer(
+                      [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
+                      wire, gradient_predivide_factor,
+                      [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX,
+                      sparse_as_dense, self._kolo_set, BUCKET_BYTES)
             return
         for p in (self._kolo_params if self._kolo_member else []):
             # The AccumulateGrad node of p: its post-hook runs once p.grad
@@ -237,12 +237,12 @@ class _DistributedMixin:
         pairs = [self._kolo_compression.compress(g) for g in grads]
         if group is None:
             (p,), (sent, cctx) = params, pairs[0]
-            handle = _kolo.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre, post,
-                                           True, self._kolo_set)
+            handle = _kolo_torch.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre,
+                                                 post, True, self._kolo_set)
             self._kolo_inflight[p] = (handle, cctx, sent)
         else:
-            handles = _kolo.grouped_allreduce_async([s for s, _ in pairs], self._kolo_op,
-                                                    group["name"], pre, post, self._kolo_set)
+            handles = _kolo_torch.grouped_allreduce_async([s for s, _ in pairs], self._kolo_op,
+                                                          group["name"], pre, post, self._kolo_set)
             for p, h, (sent, cctx) in zip(params, handles, pairs):
                 self._kolo_inflight[p] = (h, cctx, sent)
             group["submitted"] = True
@@ -349,8 +349,9 @@ class _DistributedMixin:
             for p, p0 in zip(self._kolo_params, start):
                 delta, cctx = self._kolo_compression.compress(p.detach() - p0)
                 delta = delta.contiguous()
-                inflight.append((_kolo.allreduce_async(delta, Adasum, self._kolo_names[p], 1.0,
-                                                       1.0, True, self._kolo_set), cctx, delta))
+                handle = _kolo_torch.allreduce_async(delta, Adasum, self._kolo_names[p], 1.0, 1.0,
+                                                     True, self._kolo_set)
+                inflight.append((handle, cctx, delta))
         error = None
         for p, p0, (handle, cctx, _) in zip(self._kolo_params, start, inflight):
             try:

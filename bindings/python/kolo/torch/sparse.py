@@ -7,7 +7,7 @@ tensor is coalesced or applied), divided by the number of ranks for Average.
 """
 import torch
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch.exchange_ops import allgather_async
 from kolo.torch.ops import Average, Sum
 from kolo.torch.process_sets import _id, global_process_set
@@ -78,7 +78,8 @@ def sparse_allreduce_async(tensor, name=None, op=None, process_set=global_proces
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise ValueError("sparse_allreduce_async needs a sparse COO tensor (tensor.is_sparse); "
                          "use allreduce_async for dense tensors")
-    base = _kolo.next_name("sparse_allreduce", _id(process_set)) if name is None else str(name)
+    base = (_kolo_torch.next_name("sparse_allreduce", _id(process_set)) if name is None
+            else str(name))
     # allgather concatenates along dim 0: indices travel as (nnz, sparse_dims).
     indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
                                   name=base + ".indices", process_set=process_set)

@@ -18,7 +18,7 @@ class Handle:
     __slots__ = ("_handles", "_finish", "_result", "_done")
 
     def __init__(self, handles, finish):
-        self._handles = handles  # list of _kolo.TensorHandle
+        self._handles = handles  # list of _kolo_torch.TensorHandle
         self._finish = finish    # (outputs, handles) -> result
         self._result = None
         self._done = False

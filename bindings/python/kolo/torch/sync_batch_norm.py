@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from kolo import _kolo
+from kolo import _kolo, _kolo_torch
 from kolo.torch._args import _count
 
 
@@ -37,7 +37,7 @@ class SyncBatchNorm(_BatchNorm):
                  track_running_stats=True):
         num_features = _count(num_features, "SyncBatchNorm", "num_features")
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
-        self._kolo_name = _kolo.next_name("sync_batch_norm")
+        self._kolo_name = _kolo_torch.next_name("sync_batch_norm")
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -61,8 +61,8 @@ class SyncBatchNorm(_BatchNorm):
         if not (bn_training and self.training) or _kolo.size() == 1:
             return F.batch_norm(input, running_mean, running_var, self.weight, self.bias,
                                 bn_training, factor, self.eps)
-        return _kolo.sync_batch_norm(input, self.weight, self.bias, running_mean, running_var,
-                                     factor, self.eps, self._kolo_name)
+        return _kolo_torch.sync_batch_norm(input, self.weight, self.bias, running_mean, running_var,
+                                           factor, self.eps, self._kolo_name)
 
     @classmethod
     def convert_sync_batchnorm(cls, module):

@@ -1,107 +1,14 @@
-"""State objects of kolo.torch.elastic (horovod.torch.elastic's API)."""
+"""State objects of kolo.torch.elastic (horovod.torch.elastic's API):
+TorchState and its handlers; State, ObjectState and HostsUpdatedInterrupt
+are kolo.common.elastic's."""
 import copy
 
 import torch
 
 from kolo import _kolo
+from kolo.common.elastic import HostsUpdatedInterrupt, ObjectState, State  # noqa: F401
 from kolo.torch.elastic.sampler import ElasticSampler
 from kolo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised on every rank together by State.commit() / check_host_updates()
-    when the driver changed the host set. Not a failure: run() re-forms the
-    world without rolling the state back. skip_sync is Horovod's field; kolo
-    always syncs."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the host set changed; re-forming the world (not a failure)")
-        self.skip_sync = skip_sync
-
-
-class State:
-    """Everything that must be equal on every rank and survive a reset.
-
-    Subclasses implement save() (a copy in memory), restore() (back to that
-    copy) and sync() (rank 0's state onto every rank; collective)."""
-
-    def __init__(self, bcast_object, get_rank):
-        self._bcast_object = bcast_object
-        self._rank = get_rank
-        self._reset_callbacks = []
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions run after every re-initialisation, before the state is
-        synced (rescale the learning rate with hvd.size(), ...)."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        """Runs the registered reset callbacks in order (run() calls it after
-        every re-initialisation)."""
-        for callback in self._reset_callbacks:
-            callback()
-
-    def on_hosts_updated(self, timestamp, update_res=None):
-        """Horovod's notification hook; kolo asks the driver in
-        check_host_updates() instead, so this does nothing."""
-
-    def commit(self):
-        """save(), then check_host_updates()."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Rank 0 asks the driver whether the host set changed and tells every
-        rank; raises HostsUpdatedInterrupt on every rank when it did.
-        Collective in an elastic job."""
-        if _kolo.elastic_hosts_updated():
-            raise HostsUpdatedInterrupt(False)
-
-    def save(self):
-        """Copies the state in memory (what restore() returns to). Local;
-        commit() calls it."""
-        raise NotImplementedError()
-
-    def restore(self):
-        """Puts back the copy of the last save(). Local; run() calls it after
-        a peer failed."""
-        raise NotImplementedError()
-
-    def sync(self):
-        """Makes every rank's state rank 0's. Collective: every rank calls
-        it (run() does, after every reset)."""
-        raise NotImplementedError()
-
-
-class ObjectState(State):
-    """Picklable Python values, given as keyword arguments and exposed as
-    attributes; sync() broadcasts rank 0's."""
-
-    def __init__(self, bcast_object=broadcast_object, get_rank=_kolo.rank, **kwargs):
-        self._saved_state = kwargs
-        self._set_attrs()
-        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
-
-    def save(self):
-        """Deep-copies the current attribute values."""
-        self._saved_state = {attr: copy.deepcopy(getattr(self, attr))
-                             for attr in self._saved_state}
-
-    def restore(self):
-        """Sets the attributes back to the last save()."""
-        self._set_attrs()
-
-    def sync(self):
-        """Broadcasts rank 0's attribute values (one pickled object) and
-        takes them as the saved state too. Collective."""
-        if self._saved_state:
-            current = {attr: getattr(self, attr) for attr in self._saved_state}
-            self._saved_state = self._bcast_object(current)
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for attr, value in self._saved_state.items():
-            setattr(self, attr, copy.deepcopy(value))
 
 
 class StateHandler:
