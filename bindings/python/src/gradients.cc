@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "bindings.h"
 #include "kolo/gradients.h"
 
