@@ -342,5 +342,22 @@ TEST(MessageTable, ALocalSetChangeIsReadyOnceItsMembersAloneSubmitted) {
       << ready[0].error;
 }
 
+TEST(MessageTable, APointToPointMessageIsReadyOnceItsSenderSubmitted) {
+  MessageTable table({4, 9}, "process set 'kolo.pair.4-9' (ranks 4,9)");
+  RequestMsg m;
+  m.request.name = wire::messageName(3, 0);
+  m.request.op = OpType::kBroadcast;
+  m.request.root = 1;
+  m.request.shape = {2};
+  table.add(1, m);
+  auto ready = table.popReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].kind, ResponseKind::kOk);
+  EXPECT_EQ(ready[0].root, 1);
+  EXPECT_TRUE(wire::isMessageName(ready[0].names[0]));
+  EXPECT_EQ(wire::messageTag(ready[0].names[0]), 3);
+  EXPECT_EQ(wire::messageSeq(wire::messageName(12, 345)), 345u);
+}
+
 }  // namespace
 }  // namespace kolo

@@ -107,6 +107,12 @@ TEST(Wire, LocalProcessSetChangesRoundTripAndAreChecked) {
   responses.responses.push_back(r);
   const Response got = wire::decodeResponseList(wire::encode(responses), 3).responses[0];
   EXPECT_EQ(got.setChange, m.setChange);
+  // A pair's request to connect (point-to-point) travels too.
+  responses.responses[0].setChange.localRemove = false;
+  responses.responses[0].setChange.pairRequest = true;
+  EXPECT_TRUE(
+      wire::decodeResponseList(wire::encode(responses), 3).responses[0].setChange.pairRequest);
+  responses.responses[0].setChange.pairRequest = false;
   // A local change names its members; a removal without a key is malformed.
   responses.responses[0].setChange.ranks.clear();
   EXPECT_THROW(wire::decodeResponseList(wire::encode(responses), 3), Internal);

@@ -8,6 +8,8 @@
 #include "c10d_peers.h"
 #include "c10d_store.h"
 #include "c10d_work.h"
+#include "kolo/arrival.h"
+#include "kolo/identity.h"
 #include "kolo/kolo.h"
 #include "kolo/tcp_store.h"
 #include "tensor_util.h"
@@ -185,12 +187,10 @@ kolo::Config groupConfig(const ProcessGroupKoloOptions& o) {
 }
 
 // rank and size, with the local and cross ranks from every rank's host key
-// (kolo::hostKey()), exchanged through store.
+// (kolo::hostKey()), exchanged through store, as the core defines them
+// (kolo::identityFromHosts, which its process sets use too).
 kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
                                std::chrono::milliseconds timeout) {
-  kolo::Identity id;
-  id.rank = rank;
-  id.size = size;
   const std::string mine = kolo::hostKey();
   store.set("kolo/c10d/host/" + std::to_string(rank), std::vector<char>(mine.begin(), mine.end()));
   std::vector<std::string> hosts;
@@ -198,15 +198,7 @@ kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
     auto bytes = store.get("kolo/c10d/host/" + std::to_string(r), timeout);
     hosts.emplace_back(bytes.begin(), bytes.end());
   }
-  id.localRank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + rank, mine));
-  id.localSize = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
-  std::vector<std::string> order;
-  for (const auto& h : hosts) {
-    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
-  }
-  id.crossRank = static_cast<int>(std::find(order.begin(), order.end(), mine) - order.begin());
-  id.crossSize = static_cast<int>(order.size());
-  return id;
+  return kolo::identityFromHosts(rank, hosts);
 }
 
 // Under kolorun, tells it this rank reached rendezvous (as kolo::init()
@@ -215,19 +207,7 @@ kolo::Identity identityThrough(kolo::Store& store, int rank, int size,
 // through torch's store, which kolorun does not watch.
 void announceArrival(std::chrono::milliseconds timeout) {
   static std::once_flag once;
-  std::call_once(once, [&] {
-    LaunchInfo info;
-    try {
-      info = launchInfoFromEnv();
-    } catch (const kolo::Error&) {
-      return;  // not kolorun's environment (init_process_group reads torch's)
-    }
-    if (info.launcher != "kolo" || info.rendezvous.addr.empty()) return;
-    TcpStoreOptions options;
-    options.connectTimeout = timeout;
-    makeTcpStore(info.rendezvous.addr, info.rendezvous.port, info.rendezvous.secret, options)
-        ->set("kolo/arrived/" + std::to_string(info.identity.rank), {'1'});
-  });
+  std::call_once(once, [&] { kolo::announceArrival(timeout); });
 }
 
 }  // namespace

@@ -45,46 +45,10 @@ void rethrowAsTorch(const std::string& label) {
   }
 }
 
-CompletionRunner& CompletionRunner::instance() {
+kolo::CompletionRunner& completionRunner() {
   // Leaked on purpose: its threads may still run at static destruction.
-  static CompletionRunner* runner = new CompletionRunner();
+  static kolo::CompletionRunner* runner = new kolo::CompletionRunner();
   return *runner;
-}
-
-void CompletionRunner::post(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(mu_);
-  tasks_.push_back(std::move(task));
-  if (idle_ > 0) {
-    cv_.notify_one();
-    return;
-  }
-  ++threads_;
-  std::thread([this] { run(); }).detach();
-}
-
-void CompletionRunner::run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    if (tasks_.empty()) {
-      ++idle_;
-      const bool woken = cv_.wait_for(lock, std::chrono::seconds(5), [&] { return !tasks_.empty(); });
-      --idle_;
-      if (!woken && threads_ > 1) {
-        --threads_;
-        return;
-      }
-      continue;
-    }
-    std::function<void()> task = std::move(tasks_.front());
-    tasks_.erase(tasks_.begin());
-    lock.unlock();
-    try {
-      task();
-    } catch (...) {
-      // A future's callback threw: the future holds that error already.
-    }
-    lock.lock();
-  }
 }
 
 }  // namespace kolo::torch::detail
@@ -285,7 +249,7 @@ void ProcessGroupKolo::WorkKolo::postFuture() {
   // Off the engine's thread: the future's callbacks may wait on kolo.
   c10::intrusive_ptr<WorkKolo> self =
       c10::intrusive_ptr<WorkKolo>::unsafe_reclaim_from_nonowning(this);
-  detail::CompletionRunner::instance().post([self] { self->completeFuture(); });
+  detail::completionRunner().post([self] { self->completeFuture(); });
 }
 
 void ProcessGroupKolo::WorkKolo::completeFuture() {

@@ -12,6 +12,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "kolo/completion_runner.h"
 #include "kolo/error.h"
 #include "kolo/torch/c10d.h"
 
@@ -26,23 +27,11 @@ std::exception_ptr torchError(const kolo::Status& status, const std::string& lab
 // else as an internal error); torch's own exceptions pass through.
 [[noreturn]] void rethrowAsTorch(const std::string& label);
 
-// Runs tasks on threads of its own, starting another whenever every thread
-// is busy: the tasks complete futures, whose callbacks run inline and may
-// wait on other futures (DDP's PowerSGD hook does). Idle threads beyond
-// the first end after a few seconds. Any thread; never destroyed.
-class CompletionRunner {
- public:
-  static CompletionRunner& instance();
-  void post(std::function<void()> task);
-
- private:
-  void run();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::function<void()>> tasks_;
-  int threads_ = 0;
-  int idle_ = 0;
-};
+// The process's runner of futures' completions (kolo::CompletionRunner):
+// futures complete there, never on an engine's thread, since their
+// callbacks run inline and may wait on other futures (DDP's PowerSGD hook
+// does). Any thread; never destroyed (its threads may run at exit).
+kolo::CompletionRunner& completionRunner();
 
 }  // namespace kolo::torch::detail
 

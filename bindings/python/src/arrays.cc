@@ -5,17 +5,19 @@
 // non-contiguous ones); outputs are new NumPy arrays over memory the
 // engine wrote.
 //
+// Submission is the core's (kolo/tensor.h): an array becomes a TensorRef,
+// outputs come from hostAllocator, and the NumPy result is a view of that
+// memory that owns it (its TensorRef's keepAlive).
+//
 // Lifetime: an ArrayHandle keeps its input array alive and, if it is
 // dropped before the operation ends, waits for it (without the GIL): the
-// engine reads the input until then. Output memory is a Buffer shared by
-// the engine's callbacks and by the NumPy arrays made from it, so no
-// Python object is touched off the Python threads.
+// engine reads the input until then. The input's TensorRef holds no
+// Python object, so none is touched off the Python threads.
 //
 // GIL: every call that enqueues or waits releases it.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,26 +34,6 @@
 namespace kolo::python {
 
 namespace {
-
-using Release = py::call_guard<py::gil_scoped_release>;
-
-// Memory an output is written into; its shape is known at enqueue
-// (allreduce, broadcast) or set by the allocator on the engine's thread
-// once negotiated (allgather, alltoall, reducescatter), before the handle
-// completes.
-struct Buffer {
-  std::unique_ptr<char[]> bytes;
-  std::vector<int64_t> shape;
-
-  // Allocates room for shape (at least one byte, so that the pointer of an
-  // empty output is not null).
-  void* allocate(const std::vector<int64_t>& newShape, size_t elementBytes) {
-    shape = newShape;
-    const auto n = static_cast<size_t>(numElements(shape)) * elementBytes;
-    bytes.reset(new char[std::max<size_t>(n, 1)]);
-    return bytes.get();
-  }
-};
 
 const char* const kSupported =
     "float16, float32, float64, int8, int16, int32, int64, uint8 and bool";
@@ -74,15 +56,33 @@ DataType dataTypeOf(const py::dtype& dtype, const std::string& what) {
                         " (kolo takes " + kSupported + " arrays; convert with .astype())");
 }
 
+// array as the engine sees it (its memory, not owned: the ArrayHandle keeps
+// the array alive).
+TensorRef tensorOf(const py::array& array, const Request& request) {
+  const std::string what = std::string(toString(request.op)) + " '" + request.name + "'";
+  KOLO_CHECK_ARG(array.flags() & py::array::c_style,
+                 what + ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
+  TensorRef t;
+  t.dtype = dataTypeOf(array.dtype(), what);
+  t.shape.assign(array.shape(), array.shape() + array.ndim());
+  t.data = const_cast<void*>(array.data());
+  return t;
+}
+
+// What an operation writes: memory of the input's shape, or memory the
+// engine allocates once the ranks agreed on the shape.
+enum class Output { kSameShape, kNegotiated };
+
+OutputSpec outputFor(const TensorRef& input, Output output) {
+  if (output == Output::kSameShape)
+    return OutputSpec::intoTensor(hostAllocator(input.dtype)(input.shape));
+  return OutputSpec::negotiated(hostAllocator(input.dtype));
+}
+
 // A submitted operation on one array.
 class ArrayHandle {
  public:
-  ArrayHandle(kolo::Handle handle, py::object input, py::dtype dtype,
-              std::shared_ptr<Buffer> output)
-      : handle_(std::move(handle)),
-        input_(std::move(input)),
-        dtype_(std::move(dtype)),
-        output_(std::move(output)) {}
+  ArrayHandle(TensorOp op, py::array input) : op_(std::move(op)), input_(std::move(input)) {}
 
   ArrayHandle(const ArrayHandle&) = delete;
   ArrayHandle& operator=(const ArrayHandle&) = delete;
@@ -90,131 +90,82 @@ class ArrayHandle {
   // Runs with the GIL (Python drops the handle): waits without it, so the
   // input outlives the engine's reads of it.
   ~ArrayHandle() {
-    if (!handle_.valid() || handle_.poll()) return;
+    if (op_.handle().poll()) return;
     py::gil_scoped_release release;
     try {
-      handle_.wait();
+      op_.handle().wait();
     } catch (const std::exception&) {
       // The operation's error belongs to whoever waits on it; nobody does.
     }
   }
 
   // True once the operation ended (successfully or not).
-  bool poll() const { return handle_.poll(); }
+  bool poll() const { return op_.handle().poll(); }
 
-  // Blocks until done; the result as a new NumPy array, or the operation's
-  // error raised.
+  // Blocks until done; the result as a new NumPy array over the output's
+  // memory (which it owns from then on), or the operation's error raised.
   py::array wait() {
     {
       py::gil_scoped_release release;
-      handle_.wait();
+      op_.handle().wait();
     }
-    auto* keep = new std::shared_ptr<Buffer>(output_);
-    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
-    std::vector<py::ssize_t> shape(output_->shape.begin(), output_->shape.end());
-    return py::array(dtype_, shape, {}, output_->bytes.get(), owner);
+    const TensorRef out = op_.output();
+    auto* keep = new std::shared_ptr<void>(out.keepAlive);
+    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+    std::vector<py::ssize_t> shape(out.shape.begin(), out.shape.end());
+    return py::array(input_.dtype(), shape, {}, out.data, owner);
   }
 
   // alltoall: rows received from each rank of the set; allgather: rows each
   // rank contributed (after wait()).
-  std::vector<int64_t> receivedSplits() const { return handle_.receivedSplits(); }
+  std::vector<int64_t> receivedSplits() const { return op_.handle().receivedSplits(); }
 
  private:
-  kolo::Handle handle_;
-  py::object input_;  // the input's memory, read by the engine until done
-  py::dtype dtype_;
-  std::shared_ptr<Buffer> output_;
+  TensorOp op_;
+  py::array input_;  // the input's memory, read by the engine until done
 };
 
-// What an operation writes: a buffer of the input's shape, or one the
-// engine allocates once the ranks agreed on the shape.
-enum class Output { kSameShape, kNegotiated };
-
-// Fills request's description of array and entry's memory; the Buffer the
-// output goes to.
-std::shared_ptr<Buffer> prepare(const py::array& array, Output output, Request& request,
-                                Entry& entry) {
-  const std::string what = std::string(toString(request.op)) + " '" + request.name + "'";
-  KOLO_CHECK_ARG(array.flags() & py::array::c_style,
-                 what + ": the array is not C-contiguous (pass numpy.ascontiguousarray(a))");
-  request.dtype = dataTypeOf(array.dtype(), what);
-  request.shape.assign(array.shape(), array.shape() + array.ndim());
-  request.device = DeviceKind::kCpu;
-  request.deviceIndex = -1;
-  entry.input = array.data();
-  auto buffer = std::make_shared<Buffer>();
-  const size_t elementBytes = elementSize(request.dtype);
-  if (output == Output::kSameShape) {
-    entry.output = buffer->allocate(request.shape, elementBytes);
-  } else {
-    entry.allocate = [buffer, elementBytes](const std::vector<int64_t>& shape) {
-      return buffer->allocate(shape, elementBytes);
-    };
-  }
-  // The engine's callbacks hold the buffer until the operation ends, even
-  // once no handle does.
-  entry.onDone = [buffer](const Status&) {};
-  return buffer;
-}
-
-std::unique_ptr<ArrayHandle> submit(Request request, const py::array& array, Output output) {
-  Entry entry;
-  auto buffer = prepare(array, output, request, entry);
-  kolo::Handle handle;
+std::unique_ptr<ArrayHandle> submitArray(Request request, const py::array& array, Output output) {
+  TensorRef input = tensorOf(array, request);
+  OutputSpec spec = outputFor(input, output);
+  TensorOp op;
   {
     py::gil_scoped_release release;
-    handle = kolo::defaultEngine().enqueue(std::move(request), std::move(entry));
+    op = kolo::submit(kolo::defaultEngine(), std::move(request), std::move(input), std::move(spec));
   }
-  return std::make_unique<ArrayHandle>(std::move(handle), array, array.dtype(), std::move(buffer));
+  return std::make_unique<ArrayHandle>(std::move(op), array);
 }
 
 // One request per array ("<base>.<i>", each a copy of prototype),
 // negotiated as a group.
-std::vector<std::unique_ptr<ArrayHandle>> submitGroup(const std::vector<py::array>& arrays,
-                                                      const Request& prototype,
-                                                      const std::string& base, Output output) {
+std::vector<std::unique_ptr<ArrayHandle>> submitArrays(const std::vector<py::array>& arrays,
+                                                       const Request& prototype, Output output) {
   KOLO_CHECK_ARG(!arrays.empty(), std::string("grouped_") + toString(prototype.op) +
                                       ": no arrays (pass a non-empty list)");
   std::vector<Request> requests;
-  std::vector<Entry> entries;
-  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<TensorRef> inputs;
+  std::vector<OutputSpec> outputs;
   for (size_t i = 0; i < arrays.size(); ++i) {
     requests.push_back(prototype);
-    requests.back().name = base + "." + std::to_string(i);
-    entries.emplace_back();
-    buffers.push_back(prepare(arrays[i], output, requests.back(), entries.back()));
+    requests.back().name = groupMemberName(prototype.name, i);
+    inputs.push_back(tensorOf(arrays[i], requests.back()));
+    outputs.push_back(outputFor(inputs.back(), output));
   }
-  std::vector<kolo::Handle> handles;
+  std::vector<TensorOp> ops;
   {
     py::gil_scoped_release release;
-    handles = kolo::defaultEngine().enqueueGroup(std::move(requests), std::move(entries));
+    ops = kolo::submitGroup(kolo::defaultEngine(), std::move(requests), std::move(inputs),
+                            std::move(outputs));
   }
   std::vector<std::unique_ptr<ArrayHandle>> out;
   for (size_t i = 0; i < arrays.size(); ++i)
-    out.push_back(std::make_unique<ArrayHandle>(handles[i], arrays[i], arrays[i].dtype(),
-                                                std::move(buffers[i])));
+    out.push_back(std::make_unique<ArrayHandle>(std::move(ops[i]), arrays[i]));
   return out;
 }
 
-Request reduction(OpType op, const std::string& name, const char* key, ReduceOp reduceOp,
-                  double prescale, double postscale, int set) {
-  Request r;
-  r.name = kolo::defaultEngine().nameOrNext(name, key, set);
-  r.op = op;
-  r.reduceOp = reduceOp;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  r.processSet = set;
-  return r;
-}
-
-Request rooted(OpType op, const std::string& name, const char* key, int root, int set) {
-  Request r;
-  r.name = kolo::defaultEngine().nameOrNext(name, key, set);
-  r.op = op;
-  r.root = root;
-  r.processSet = set;
-  return r;
+// name, or the engine's next generated one for op in the set.
+std::string nameOf(const std::string& name, const char* op, int set) {
+  return kolo::defaultEngine().nameOrNext(name, op, set);
 }
 
 }  // namespace
@@ -246,8 +197,8 @@ void bindArrays(py::module_& m) {
       "array_allreduce_async",
       [](const py::array& a, ReduceOp op, const std::string& name, double prescale,
          double postscale, int set) {
-        return submit(
-            reduction(OpType::kAllreduce, name, "allreduce", op, prescale, postscale, set), a,
+        return submitArray(
+            allreduceRequest(nameOf(name, "allreduce", set), op, prescale, postscale, set), a,
             Output::kSameShape);
       },
       py::arg("array"), py::arg("op"), py::arg("name"), py::arg("prescale"), py::arg("postscale"),
@@ -256,49 +207,47 @@ void bindArrays(py::module_& m) {
       "array_grouped_allreduce_async",
       [](const std::vector<py::array>& arrays, ReduceOp op, const std::string& name,
          double prescale, double postscale, int set) {
-        const std::string base = kolo::defaultEngine().nameOrNext(name, "grouped_allreduce", set);
-        return submitGroup(arrays,
-                           reduction(OpType::kAllreduce, base, "", op, prescale, postscale, set),
-                           base, Output::kSameShape);
+        return submitArrays(
+            arrays,
+            allreduceRequest(nameOf(name, "grouped_allreduce", set), op, prescale, postscale, set),
+            Output::kSameShape);
       },
       py::arg("arrays"), py::arg("op"), py::arg("name"), py::arg("prescale"), py::arg("postscale"),
       py::arg("process_set"));
   m.def(
       "array_allgather_async",
       [](const py::array& a, const std::string& name, int set) {
-        return submit(rooted(OpType::kAllgather, name, "allgather", 0, set), a,
-                      Output::kNegotiated);
+        return submitArray(allgatherRequest(nameOf(name, "allgather", set), set), a,
+                           Output::kNegotiated);
       },
       py::arg("array"), py::arg("name"), py::arg("process_set"));
   m.def(
       "array_grouped_allgather_async",
       [](const std::vector<py::array>& arrays, const std::string& name, int set) {
-        const std::string base = kolo::defaultEngine().nameOrNext(name, "grouped_allgather", set);
-        return submitGroup(arrays, rooted(OpType::kAllgather, base, "", 0, set), base,
-                           Output::kNegotiated);
+        return submitArrays(arrays, allgatherRequest(nameOf(name, "grouped_allgather", set), set),
+                            Output::kNegotiated);
       },
       py::arg("arrays"), py::arg("name"), py::arg("process_set"));
   m.def(
       "array_broadcast_async",
       [](const py::array& a, int root, const std::string& name, int set) {
-        return submit(rooted(OpType::kBroadcast, name, "broadcast", root, set), a,
-                      Output::kSameShape);
+        return submitArray(broadcastRequest(nameOf(name, "broadcast", set), root, set), a,
+                           Output::kSameShape);
       },
       py::arg("array"), py::arg("root"), py::arg("name"), py::arg("process_set"));
   m.def(
       "array_alltoall_async",
       [](const py::array& a, const std::vector<int64_t>& splits, const std::string& name, int set) {
-        Request r = rooted(OpType::kAlltoall, name, "alltoall", 0, set);
-        r.splits = splits;
-        return submit(std::move(r), a, Output::kNegotiated);
+        return submitArray(alltoallRequest(nameOf(name, "alltoall", set), splits, set), a,
+                           Output::kNegotiated);
       },
       py::arg("array"), py::arg("splits"), py::arg("name"), py::arg("process_set"));
   m.def(
       "array_reducescatter_async",
       [](const py::array& a, ReduceOp op, const std::string& name, double prescale,
          double postscale, int set) {
-        return submit(
-            reduction(OpType::kReducescatter, name, "reducescatter", op, prescale, postscale, set),
+        return submitArray(
+            reducescatterRequest(nameOf(name, "reducescatter", set), op, prescale, postscale, set),
             a, Output::kNegotiated);
       },
       py::arg("array"), py::arg("op"), py::arg("name"), py::arg("prescale"), py::arg("postscale"),
@@ -307,11 +256,10 @@ void bindArrays(py::module_& m) {
       "array_grouped_reducescatter_async",
       [](const std::vector<py::array>& arrays, ReduceOp op, const std::string& name,
          double prescale, double postscale, int set) {
-        const std::string base =
-            kolo::defaultEngine().nameOrNext(name, "grouped_reducescatter", set);
-        return submitGroup(
-            arrays, reduction(OpType::kReducescatter, base, "", op, prescale, postscale, set), base,
-            Output::kNegotiated);
+        return submitArrays(arrays,
+                            reducescatterRequest(nameOf(name, "grouped_reducescatter", set), op,
+                                                 prescale, postscale, set),
+                            Output::kNegotiated);
       },
       py::arg("arrays"), py::arg("op"), py::arg("name"), py::arg("prescale"), py::arg("postscale"),
       py::arg("process_set"));
@@ -323,14 +271,28 @@ void bindArrays(py::module_& m) {
         std::string out;
         {
           py::gil_scoped_release release;
-          Engine& engine = kolo::defaultEngine();
-          out = kolo::broadcastObject(engine, bytes, root,
-                                      engine.nameOrNext(name, "broadcast_object", set), set);
+          out = kolo::broadcastObject(kolo::defaultEngine(), bytes, root,
+                                      nameOf(name, "broadcast_object", set), set);
         }
         return py::bytes(out);
       },
       py::arg("data"), py::arg("root"), py::arg("name"), py::arg("process_set"),
       "root's bytes on every rank of the set (blocks).");
+  m.def(
+      "allgather_bytes",
+      [](const std::string& bytes, const std::string& name, int set) {
+        std::vector<std::string> all;
+        {
+          py::gil_scoped_release release;
+          all = kolo::allgatherObject(kolo::defaultEngine(), bytes,
+                                      nameOf(name, "allgather_object", set), set);
+        }
+        py::list out;
+        for (const std::string& b : all) out.append(py::bytes(b));
+        return out;
+      },
+      py::arg("data"), py::arg("name"), py::arg("process_set"),
+      "Every rank's bytes, in the set's rank order (blocks).");
 }
 
 }  // namespace kolo::python

@@ -201,6 +201,9 @@ class Handle {
   std::vector<int64_t> receivedSplits() const;
   /// join: the last rank to join.
   int joinResult() const;
+  /// Engine::recv: the rank (of the job) whose message it received, once
+  /// done (-1 before, and for a receive that failed before a message).
+  int source() const;
 
  private:
   std::shared_ptr<HandleState> state_;
@@ -362,6 +365,29 @@ class Engine {
   void removeLocalProcessSet(int id);
   /// Any thread. Throws InvalidArgument for unknown ids.
   ProcessSetInfo processSet(int id) const;
+
+  /// recv's peer for a message from any rank.
+  static constexpr int kAnySource = -1;
+  /// Sends a message of request.dtype and request.shape from entry.input
+  /// (CPU memory, valid until the handle is done) to peer (a rank of the
+  /// job), with tag (>= 0); the other fields of request and entry.output
+  /// are ignored. Returns at once. Messages from one rank to another with
+  /// one tag are received in the order they were sent. The peer need not
+  /// have called anything: the pair connects (a local process set of the
+  /// two, made the first time either side sends) while the message waits.
+  /// Throws InvalidArgument for a bad peer or tag and for CUDA tensors,
+  /// PeerFailure when the pair could not connect before. Not from a
+  /// completion callback before the pair is connected.
+  Handle send(int peer, int tag, Request request, Entry entry);
+  /// Receives a message with tag from peer, or from whichever rank's
+  /// message reaches this rank first (kAnySource; the handle's source()
+  /// says whose), into entry.output (CPU memory of request.dtype and
+  /// request.shape, valid until the handle is done). Messages reach a rank
+  /// in the order its engine runs the pairs' negotiations; a receive takes
+  /// the first one that matches it, and one that matches none waits. The
+  /// handle fails with Mismatch when the message's dtype or size differ
+  /// (naming both), with the engine's error when it stops. Any thread.
+  Handle recv(int peer, int tag, Request request, Entry entry);
   /// Every set that exists now, by increasing id.
   std::vector<ProcessSetInfo> processSets() const;
 

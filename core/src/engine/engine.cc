@@ -5,6 +5,7 @@
 
 #include "common/thread_name.h"
 #include "engine/engine_impl.h"
+#include "kolo/arrival.h"
 #include "wire/start.h"
 
 namespace kolo {
@@ -106,7 +107,7 @@ Engine::Impl::Impl(Config c, Identity id, std::shared_ptr<Store> s,
       return publishedAbort(*store, size);
     });
   }
-  rootStore->set("kolo/arrived/" + std::to_string(identity.rank), {'1'});
+  rootStore->set(arrivalKey(identity.rank), {'1'});
   localAddress = localAddressFor(identity, *rootStore);
 
   std::vector<int> all(identity.size);
@@ -441,6 +442,13 @@ void Engine::Impl::stopAndJoin() {
   if (joinedThread) return;
   if (thread.joinable()) thread.join();
   joinedThread = true;
+  Status why;
+  {
+    std::lock_guard<std::mutex> failed(mu);
+    why = failure;
+  }
+  if (why.ok()) why = Status{ErrorCode::kShutdown, "the engine was shut down"};
+  stopPeersAfterLoop(why);
 }
 
 void Engine::shutdown() {

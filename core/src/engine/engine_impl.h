@@ -20,17 +20,19 @@
 
 #include "autotune/autotuner.h"
 #include "comm/select.h"
-#include "negotiation/controller.h"
-#include "execution/executor.h"
-#include "engine/failure.h"
-#include "rendezvous/peer_failure.h"
-#include "engine/process_set.h"
 #include "common/logging.h"
-#include "kolo/tcp_store.h"
-#include "execution/handle_state.h"
+#include "engine/failure.h"
+#include "engine/mailbox.h"
+#include "engine/peer_pair.h"
+#include "engine/process_set.h"
 #include "engine/request_check.h"
-#include "negotiation/stall_inspector.h"
 #include "engine/tensor_queue.h"
+#include "execution/executor.h"
+#include "execution/handle_state.h"
+#include "kolo/tcp_store.h"
+#include "negotiation/controller.h"
+#include "negotiation/stall_inspector.h"
+#include "rendezvous/peer_failure.h"
 #include "timeline/timeline.h"
 
 namespace kolo {
@@ -121,6 +123,20 @@ struct Engine::Impl : CallerCycles {
   Status changeLocalProcessSetOnLoop(const ProcessSetChange& change, int& changed);
   // Makes a connected set one of this rank's sets, cycled after the others.
   void installSetOnLoop(std::unique_ptr<ProcessSetState> set);
+  // Point-to-point (engine_peers.cc). Whether the pair with peer is up.
+  bool pairReady(int peer);
+  // Asks peer through set 0 to connect the pair (pairMu held).
+  void requestPairLocked(int peer, PeerPair& pair);
+  // Set 0's response to a pair request: its two ranks start connecting.
+  void pairRequestedOnLoop(const ProcessSetChange& change);
+  // The pair's set was installed: the messages waiting for it go in.
+  void pairInstalledOnLoop(const ProcessSetState& set);
+  // The pair could not connect: its waiting messages fail, later sends too.
+  void failPair(int peer, const Status& status);
+  // A message response this rank did not submit (it receives it).
+  void receiveOnLoop(ProcessSetState& set, const Response& r, size_t i);
+  // Once the loop ended: receives fail, connectors are joined.
+  void stopPeersAfterLoop(const Status& status);
   // Fails the set's ops with why, keeps its counters and forgets it.
   void retireSetOnLoop(std::map<int, std::unique_ptr<ProcessSetState>>::iterator it,
                        const Status& why);
@@ -210,6 +226,12 @@ struct Engine::Impl : CallerCycles {
   std::set<std::string> localKeys;  // every key this rank gave (never reused)
   // Connected and waiting for set 0's response that installs them.
   std::map<std::string, std::unique_ptr<ProcessSetState>> localConnected;
+
+  // Point-to-point messages: the pairs by peer (guarded by pairMu) and the
+  // receiving side (its own lock).
+  std::mutex pairMu;
+  std::map<int, PeerPair> pairs;
+  Mailbox mailbox;
 
   // Timeline hand-off from any thread to the loop.
   std::mutex timelineMu;

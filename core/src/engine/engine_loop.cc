@@ -275,6 +275,13 @@ void Engine::Impl::executeOnLoop(ProcessSetState& set, const Response& r, bool f
     changeProcessSetOnLoop(r);
     return;
   }
+  if (r.op == OpType::kBroadcast) {
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      if (wire::isMessageName(r.names[i]) && set.pending.count(r.names[i]) == 0) {
+        receiveOnLoop(set, r, i);
+      }
+    }
+  }
   std::vector<PendingOp*> ops;  // per name; nullptr: not submitted here (joined)
   std::vector<PendingMap::iterator> mine;
   ops.reserve(r.names.size());
@@ -509,6 +516,7 @@ void Engine::Impl::abandonConnectionsOnLoop(const std::string& why) {
 
 void Engine::Impl::failAllOnLoop(const Status& status) {
   queue.close(status);
+  for (auto& receive : mailbox.takeReceives()) failReceive(receive, status);
   if (status.code != ErrorCode::kShutdown) {
     // GPU work in flight stops (its communicator is aborted) and its ops
     // fail with this status instead of waiting out KOLO_TIMEOUT.

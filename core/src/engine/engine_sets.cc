@@ -42,6 +42,10 @@ void Engine::Impl::installSetOnLoop(std::unique_ptr<ProcessSetState> set) {
 Status Engine::Impl::changeLocalProcessSetOnLoop(const ProcessSetChange& change, int& changed) {
   const std::vector<int> ranks(change.ranks.begin(), change.ranks.end());
   if (!std::binary_search(ranks.begin(), ranks.end(), identity.rank)) return Status::Ok();
+  if (change.pairRequest) {
+    pairRequestedOnLoop(change);
+    return Status::Ok();
+  }
   const std::string label = localProcessSetLabel(change.localKey, ranks);
   if (change.localRemove) {
     const int id = table.findLocal(change.localKey);
@@ -64,7 +68,10 @@ Status Engine::Impl::changeLocalProcessSetOnLoop(const ProcessSetChange& change,
   }
   KOLO_ENFORCE(set != nullptr, label + " was installed but this rank never connected it");
   changed = set->id;
+  const bool pair = isPairKey(set->key);
+  ProcessSetState& installed = *set;
   installSetOnLoop(std::move(set));
+  if (pair) pairInstalledOnLoop(installed);
   log->debug("added {} as local id {}", label, changed);
   return Status::Ok();
 }

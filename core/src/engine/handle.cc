@@ -231,4 +231,10 @@ int Handle::joinResult() const {
   return s.joinResult;
 }
 
+int Handle::source() const {
+  auto& s = checked(state_);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.source;
+}
+
 }  // namespace kolo

@@ -1,11 +1,14 @@
 #include "engine/process_set.h"
 
+#include "engine/peer_pair.h"
+
 #include <algorithm>
 
 #include "comm/cuda/device_set.h"
 #include "comm/select.h"
 #include "kolo/build_config.h"
 #include "kolo/error.h"
+#include "kolo/identity.h"
 
 namespace kolo {
 namespace {
@@ -152,40 +155,19 @@ ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity iden
       label(id_ == 0      ? ""
             : key.empty() ? processSetLabel(id_, ranks)
                           : localProcessSetLabel(key, ranks)),
-      cache(config.cacheCapacity),
+      // A pair's messages are named anew each time: nothing to cache.
+      cache(isPairKey(key) ? 0 : config.cacheCapacity),
       stall(config, identity, messageRanks(id_, ranks, config), label),
       joined(ranks.size(), false) {}
 
 Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
                             const std::vector<std::string>& hosts) {
-  Identity id;
-  id.size = static_cast<int>(ranks.size());
-  id.rank = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), job.rank) -
-                             ranks.begin());
-  auto hostOf = [&](int i) -> const std::string& { return hosts.at(ranks[i]); };
-  const std::string& mine = hostOf(id.rank);
-  std::vector<std::string> hostOrder;  // hosts in order of their first member
-  for (int i = 0; i < id.size; ++i) {
-    if (std::find(hostOrder.begin(), hostOrder.end(), hostOf(i)) == hostOrder.end()) {
-      hostOrder.push_back(hostOf(i));
-    }
-    if (hostOf(i) != mine) continue;
-    if (i < id.rank) ++id.localRank;
-    ++id.localSize;
-  }
-  // Cross rank: among the members with the same local rank, in rank order.
-  id.crossRank = 0;
-  id.crossSize = 0;
-  for (const std::string& host : hostOrder) {
-    int local = 0;
-    for (int i = 0; i < id.size; ++i) {
-      if (hostOf(i) != host) continue;
-      if (local++ != id.localRank) continue;
-      if (host == mine) id.crossRank = id.crossSize;
-      ++id.crossSize;
-    }
-  }
-  return id;
+  std::vector<std::string> memberHosts;
+  memberHosts.reserve(ranks.size());
+  for (int r : ranks) memberHosts.push_back(hosts.at(static_cast<size_t>(r)));
+  const int rank =
+      static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), job.rank) - ranks.begin());
+  return identityFromHosts(rank, memberHosts);
 }
 
 std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,

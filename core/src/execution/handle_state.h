@@ -122,6 +122,7 @@ struct HandleState {
   std::vector<int64_t> receivedSplits;
   int joinResult = -1;
   int processSetId = -1;  // process set change: the set added
+  int source = -1;        // Engine::recv: the sending rank
 
   // done and done || enqueued, readable without mu: a waiter polls them
   // while it spins. Each is set under mu together with its field, after

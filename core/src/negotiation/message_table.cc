@@ -199,6 +199,14 @@ bool MessageTable::expected(const std::vector<int32_t>* members, int rank) const
 }
 
 bool MessageTable::readyRow(const Row& row) const {
+  // A point-to-point message, and a pair's request to connect, need only
+  // the rank that sent it.
+  for (int r = 0; r < size_; ++r) {
+    if (!row.perRank[r]) continue;
+    const RequestMsg& m = *row.perRank[r];
+    if (wire::isMessageName(m.request.name) || m.setChange.pairRequest) return true;
+    break;
+  }
   const std::vector<int32_t>* members = localMembers(row);
   bool any = false;
   for (int r = 0; r < size_; ++r) {

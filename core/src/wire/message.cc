@@ -34,4 +34,27 @@ std::string describeCall(const Request& q) {
   return s;
 }
 
+namespace wire {
+
+namespace {
+constexpr char kMessagePrefix[] = "kolo.p2p.";
+}  // namespace
+
+std::string messageName(int tag, uint64_t n) {
+  return kMessagePrefix + std::to_string(tag) + "." + std::to_string(n);
+}
+
+bool isMessageName(const std::string& name) { return name.rfind(kMessagePrefix, 0) == 0; }
+
+int messageTag(const std::string& name) {
+  const size_t start = sizeof(kMessagePrefix) - 1;
+  return std::stoi(name.substr(start, name.find('.', start) - start));
+}
+
+uint64_t messageSeq(const std::string& name) {
+  return std::stoull(name.substr(name.rfind('.') + 1));
+}
+
+}  // namespace wire
+
 }  // namespace kolo

@@ -18,12 +18,15 @@ struct ProcessSetChange {
   int32_t removeId = -1;       // remove this set
   std::string localKey;        // a local set's key (Engine::addLocalProcessSet)
   bool localRemove = false;    // with localKey: remove that set (ranks: its members)
+  // With localKey: the submitting rank asks the other of ranks (a pair) to
+  // connect their set for point-to-point messages; ready once it submitted.
+  bool pairRequest = false;
 
   // A change of a local set (its members alone submit it).
   bool local() const { return !localKey.empty(); }
   bool operator==(const ProcessSetChange& o) const {
     return ranks == o.ranks && removeId == o.removeId && localKey == o.localKey &&
-           localRemove == o.localRemove;
+           localRemove == o.localRemove && pairRequest == o.pairRequest;
   }
   bool operator!=(const ProcessSetChange& o) const { return !(*this == o); }
 };
@@ -72,6 +75,18 @@ struct Response {
 struct ResponseList {
   std::vector<Response> responses;
 };
+
+// Point-to-point messages (Engine::send) are broadcasts from the sender in
+// the pair's set, named "kolo.p2p.<tag>.<n>" (n: the sender's count of
+// messages to that peer with that tag); such a name is ready as soon as the
+// sender submitted it, the receiver taking part without submitting.
+namespace wire {
+std::string messageName(int tag, uint64_t n);
+bool isMessageName(const std::string& name);
+// The tag and the place (n) of a message name (isMessageName).
+int messageTag(const std::string& name);
+uint64_t messageSeq(const std::string& name);
+}  // namespace wire
 
 // A request made through another API's call (Request::call) as messages
 // describe it: "all_reduce(op=SUM) on float32[4]", with the device and the

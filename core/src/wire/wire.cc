@@ -47,8 +47,8 @@ void checkScale(double s, const char* what) {
 
 // A process set change: ascending ranks of the job, or one id to remove.
 ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId,
-                             const fb::String* localKey, bool localRemove, int worldSize,
-                             const char* what) {
+                             const fb::String* localKey, bool localRemove, bool pairRequest,
+                             int worldSize, const char* what) {
   ProcessSetChange c;
   if (ranks != nullptr) {
     c.ranks.resize(ranks->size());
@@ -63,6 +63,10 @@ ProcessSetChange setChangeOf(const fb::Vector<int32_t>* ranks, int32_t removeId,
   if (c.removeId < -1) malformed(what, "negative process set id");
   c.localKey = localKey ? localKey->str() : "";
   c.localRemove = localRemove;
+  c.pairRequest = pairRequest;
+  if (c.pairRequest && (!c.local() || c.ranks.size() != 2)) {
+    malformed(what, "pair request without a pair");
+  }
   if (c.local() && c.ranks.empty()) malformed(what, "local process set change without ranks");
   if (c.localRemove && !c.local()) malformed(what, "local process set removal without a key");
   return c;
@@ -104,6 +108,7 @@ std::vector<char> encode(const RequestList& list) {
     rb.add_call(call);
     rb.add_set_key(setKey);
     rb.add_set_local_remove(m.setChange.localRemove);
+    rb.add_set_pair_request(m.setChange.pairRequest);
     reqs.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(reqs);
@@ -147,6 +152,7 @@ std::vector<char> encode(const ResponseList& list) {
     rb.add_set_remove(r.setChange.removeId);
     rb.add_set_key(setKey);
     rb.add_set_local_remove(r.setChange.localRemove);
+    rb.add_set_pair_request(r.setChange.pairRequest);
     resps.push_back(rb.Finish());
   }
   auto vec = b.CreateVector(resps);
@@ -205,7 +211,7 @@ RequestList decodeRequestList(const std::vector<char>& bytes, int worldSize) {
     m.groupSize = r->group_size();
     if (m.groupSize < 0) malformed(what, "negative group size");
     m.setChange = setChangeOf(r->set_ranks(), r->set_remove(), r->set_key(), r->set_local_remove(),
-                              worldSize, what);
+                              r->set_pair_request(), worldSize, what);
     out.requests.push_back(std::move(m));
   }
   return out;
@@ -248,7 +254,7 @@ ResponseList decodeResponseList(const std::vector<char>& bytes, int worldSize) {
     p.error = r->error() ? r->error()->str() : "";
     p.rankArg = r->rank_arg();
     p.setChange = setChangeOf(r->set_ranks(), r->set_remove(), r->set_key(), r->set_local_remove(),
-                              worldSize, what);
+                              r->set_pair_request(), worldSize, what);
     if (p.kind == ResponseKind::kOk) {
       if (p.names.empty()) malformed(what, "response without tensors");
       if (p.shapes.size() != p.names.size()) malformed(what, "shapes do not match names");

@@ -344,19 +344,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's obj (pickled; sizes may differ), in the
-    set's rank order; two allgathers named ``<name>.sizes`` and
+    set's rank order; two allgathers named ``<name>.size`` and
     ``<name>.data``."""
-    payload = np.frombuffer(_dumps(obj), dtype=np.uint8)
-    base = str(name) if name is not None else _kolo.next_name("allgather_object",
-                                                              _sid(process_set))
-    sizes = allgather(np.array([payload.size], dtype=np.int64), name=base + ".sizes",
-                      process_set=process_set)
-    data = allgather(payload, name=base + ".data", process_set=process_set)
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(data[offset:offset + n].tobytes()))
-        offset += n
-    return out
+    gathered = _kolo.allgather_bytes(_dumps(obj), _name(name), _sid(process_set))
+    return [pickle.loads(b) for b in gathered]
 
 
 __all__ = [
