@@ -42,8 +42,8 @@ void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine, const GroupSe
 }
 
 std::optional<GroupEngine> joinProcessEngine(const std::string& key,
-                                             const std::vector<int64_t>& globalRanks,
-                                             int groupRank, const GroupSettings& settings) {
+                                             const std::vector<int64_t>& globalRanks, int groupRank,
+                                             const GroupSettings& settings) {
   std::shared_ptr<kolo::Engine> engine;
   GroupSettings world{};
   {

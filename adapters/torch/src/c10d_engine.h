@@ -55,7 +55,7 @@ void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine, const GroupSe
 // timeout, another stall check time): the engine stalls and times out all
 // of its sets alike, so such a group needs an engine of its own.
 std::optional<GroupEngine> joinProcessEngine(const std::string& key,
-                                             const std::vector<int64_t>& globalRanks,
-                                             int groupRank, const GroupSettings& settings);
+                                             const std::vector<int64_t>& globalRanks, int groupRank,
+                                             const GroupSettings& settings);
 
 }  // namespace kolo::torch::detail
