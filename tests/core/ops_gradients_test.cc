@@ -24,7 +24,8 @@ TEST(GradientGroups, NumGroupsSplitsAsHorovodDoes) {
   EXPECT_TRUE(splitIntoGroups(0, 4).empty());
   EXPECT_TRUE(splitIntoGroups(5, 0).empty());
   const auto groups = splitIntoGroups(5, 2);
-  EXPECT_EQ(groups, (std::vector<std::vector<size_t>>{{0, 1, 2}, {3, 4}})) << "contiguous, in order";
+  EXPECT_EQ(groups, (std::vector<std::vector<size_t>>{{0, 1, 2}, {3, 4}}))
+      << "contiguous, in order";
 }
 
 std::string errorOf(const GradientOptions& o) {
@@ -116,8 +117,9 @@ TEST(BucketPlanner, BadNamesAndGroupsAreNamed) {
     }
     return "";
   };
-  EXPECT_NE(errorFor({grad("a", 1), grad("a", 1)}, {}).find("Opt: parameter name 'a' appears twice"),
-            std::string::npos);
+  EXPECT_NE(
+      errorFor({grad("a", 1), grad("a", 1)}, {}).find("Opt: parameter name 'a' appears twice"),
+      std::string::npos);
   EXPECT_NE(errorFor({grad("", 1)}, {}).find("empty name"), std::string::npos);
   BucketPlan twice;
   twice.groups = {{0}, {0}};

@@ -3,9 +3,9 @@
 // threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -61,8 +61,8 @@ TEST(TensorSubmission, InPlaceIntoAndNegotiatedOutputs) {
     TensorOp a = submit(engine, allreduceRequest("a", ReduceOp::kAverage), inPlace);
     TensorRef input = floats({float(rank), float(rank)});
     TensorRef out = hostTensor(DataType::kFloat32, {2});
-    TensorOp b = submit(engine, broadcastRequest("b", /*root=*/1), input,
-                        OutputSpec::intoTensor(out));
+    TensorOp b =
+        submit(engine, broadcastRequest("b", /*root=*/1), input, OutputSpec::intoTensor(out));
     TensorRef rows = floats(std::vector<float>(static_cast<size_t>(rank + 1), float(rank)));
     TensorOp c = submit(engine, allgatherRequest("c"), rows,
                         OutputSpec::negotiated(hostAllocator(DataType::kFloat32)));

@@ -20,10 +20,12 @@
 # be made for that reason alone.
 set -euo pipefail
 source_dir=$(cd "$1" && pwd)
-cache=$2
+cache=${KOLO_CACHE_DIR:-$2}  # scripts/test.sh's cache, shared between clones
 base_python=${3:-/usr/bin/python3}
 venv=$cache/venv-without-torch
-build=$cache/build-without-torch
+# One build folder per checkout: CMake refuses a build folder made for
+# another source folder.
+build=$cache/build-without-torch-$(printf '%s' "$source_dir" | sha256sum | cut -c1-12)
 mkdir -p "$cache"
 packages=("scikit-build-core>=0.10" "pybind11>=2.10" "numpy>=1.22" pytest cloudpickle
           "ray==2.60.0")
@@ -71,7 +73,9 @@ if command -v ccache >/dev/null; then
             --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 start=$SECONDS
-PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+# Two compile jobs unless told otherwise (CI's machine has two cores).
+PATH="$venv/bin:$PATH" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   --no-build-isolation --force-reinstall --no-deps --config-settings=build-dir="$build" "${launcher[@]}" \
   "$source_dir"
 echo "built and installed in $((SECONDS - start)) s"

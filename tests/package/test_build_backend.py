@@ -46,10 +46,16 @@ def pip_install(env_dir, system_site_packages):
     return run.returncode, errors, run.stdout
 
 
-def test_pip_install_without_torch_says_install_torch_first(tmp_path):
+def test_pip_install_without_torch_or_build_tools_names_both(tmp_path):
+    # torch is optional (kolo builds without kolo.torch), the build tools are
+    # not: a fresh venv has neither, and the one error line names the tools
+    # and what kolo.torch would need. The build without torch itself is
+    # python.without_torch (check_without_torch.sh).
     rc, errors, out = pip_install(str(tmp_path / "v"), system_site_packages=False)
     assert rc != 0, out
     assert len(errors) == 1, out
+    assert "building kolo needs scikit-build-core, pybind11" in errors[0], out
+    assert "(and for kolo.torch: " in errors[0], out
     assert "cannot import torch: install it first (pip install torch), then " \
            "pip install --no-build-isolation ." in errors[0], out
 

@@ -306,3 +306,33 @@ def test_unnamed_parameters_work():
     loss_fn(model, *batch(0, hvd.rank())).backward()
     opt.step()
     assert_same_everywhere(model, "unnamed")
+
+
+@pytest.mark.parametrize("compression", ["none", "python_compressor"])
+def test_a_number_of_groups_splits_as_horovod_does(compression):
+    """10 parameters in 4 groups are 3, 3, 2 and 2 (Horovod's split, the one
+    the C++ optimizer makes); a group of one stays a group."""
+    def make():
+        return torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5)]).double()
+
+    kwargs = {}
+    if compression == "python_compressor":
+        from kolo.torch.compression import NoneCompressor
+
+        class Identity(NoneCompressor):
+            """Not one of the built-in compressions: the Python fallback reduces."""
+
+        kwargs["compression"] = Identity
+    model = make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=4, **kwargs)
+    assert [len(g["params"]) for g in opt._kolo_groups] == [3, 3, 2, 2]
+    model = make()  # the first optimizer's hooks stay on the first model's parameters
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=12, **kwargs)
+    assert [len(g["params"]) for g in opt._kolo_groups] == [1] * 10
+    opt.zero_grad()
+    model(torch.ones(3, 2, dtype=torch.float64)).sum().backward()
+    opt.step()
+    for i, p in enumerate(model.parameters()):
+        assert same_on_all_ranks(p, "groups_split.%s.%d" % (compression, i))

@@ -19,6 +19,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>

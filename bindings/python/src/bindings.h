@@ -20,6 +20,8 @@ void bindElastic(py::module_& m);
 void bindStore(py::module_& m);
 /// Generated operation names of the framework-free API (names.cc).
 void bindNames(py::module_& m);
+/// The decisions every DistributedOptimizer shares (gradients.cc).
+void bindGradients(py::module_& m);
 /// ReduceOp, ArrayHandle and the collectives on NumPy arrays (arrays.cc).
 void bindArrays(py::module_& m);
 

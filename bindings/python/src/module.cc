@@ -115,6 +115,7 @@ PYBIND11_MODULE(_kolo, m) {
   kolo::python::registerErrors(m);
   kolo::python::bindProcess(m);
   kolo::python::bindNames(m);
+  kolo::python::bindGradients(m);
   kolo::python::bindElastic(m);
   kolo::python::bindStore(m);
   kolo::python::bindArrays(m);

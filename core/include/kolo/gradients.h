@@ -33,11 +33,11 @@ DataType wireType(DataType dtype, Compression compression);
 /// The settings every DistributedOptimizer has (each adapter spells them in
 /// its own language: backward_passes_per_step, op, ...).
 struct GradientOptions {
-  int backwardPassesPerStep = 1;      ///< Local passes summed before a reduction; >= 1.
-  ReduceOp op = ReduceOp::kAverage;   ///< Average, Sum or Adasum.
-  double gradientPredivideFactor = 1.0;  ///< > 0; other than 1 only with Average.
-  int numGroups = 0;                  ///< >= 0; 0: no split.
-  bool explicitGroups = false;        ///< Groups were given by name (then numGroups == 0).
+  int backwardPassesPerStep = 1;            ///< Local passes summed before a reduction; >= 1.
+  ReduceOp op = ReduceOp::kAverage;         ///< Average, Sum or Adasum.
+  double gradientPredivideFactor = 1.0;     ///< > 0; other than 1 only with Average.
+  int numGroups = 0;                        ///< >= 0; 0: no split.
+  bool explicitGroups = false;              ///< Groups were given by name (then numGroups == 0).
   int64_t bucketBytes = int64_t{25} << 20;  ///< >= 0; 0: a bucket per parameter.
 };
 
@@ -75,10 +75,10 @@ struct GradientInfo {
 /// One bucket: a flat buffer of its members' gradients, reduced as one
 /// request named `name` (stable across steps, so the response cache hits).
 struct GradientBucket {
-  std::string name;              ///< "<prefix><first member's name>[+<members - 1>]".
-  std::vector<size_t> members;   ///< Indices into the planned gradients, in buffer order.
-  std::vector<int64_t> offsets;  ///< Each member's first element in the buffer.
-  int64_t numel = 0;             ///< Elements of the buffer.
+  std::string name;                      ///< "<prefix><first member's name>[+<members - 1>]".
+  std::vector<size_t> members;           ///< Indices into the planned gradients, in buffer order.
+  std::vector<int64_t> offsets;          ///< Each member's first element in the buffer.
+  int64_t numel = 0;                     ///< Elements of the buffer.
   DataType wire = DataType::kFloat32;    ///< The buffer's dtype.
   DeviceKind device = DeviceKind::kCpu;  ///< The members' device.
   int deviceIndex = -1;                  ///< Their CUDA ordinal.
@@ -94,7 +94,7 @@ struct BucketPlan {
   /// produces them), up to this many bytes on the wire per bucket; a larger
   /// gradient gets a bucket of its own; 0: one per gradient.
   int64_t bucketBytes = int64_t{25} << 20;
-  std::string namePrefix = "grad.";  ///< Start of every bucket's name.
+  std::string namePrefix = "grad.";              ///< Start of every bucket's name.
   Compression compression = Compression::kNone;  ///< Decides each wire dtype.
 };
 
@@ -112,16 +112,15 @@ class GradientSteps {
  public:
   /// What one accumulation meant.
   enum class Arrival {
-    kCounted,      ///< Counted; the bucket waits for more.
-    kBucketReady,  ///< Its bucket is complete: submit it.
+    kCounted,        ///< Counted; the bucket waits for more.
+    kBucketReady,    ///< Its bucket is complete: submit it.
     kTooManyPasses,  ///< More passes than passesPerStep before a step: an error.
     kLate,           ///< Its bucket was submitted without it: an error.
   };
   /// An empty plan.
   GradientSteps() = default;
   /// For buckets over gradients gradients (planBuckets' result).
-  GradientSteps(const std::vector<GradientBucket>& buckets, size_t gradients,
-                int passesPerStep);
+  GradientSteps(const std::vector<GradientBucket>& buckets, size_t gradients, int passesPerStep);
 
   /// Gradient i was accumulated once. countOnly: count passes but never
   /// report a bucket ready (Adasum reduces updates, not gradients).
@@ -146,10 +145,10 @@ class GradientSteps {
  private:
   int passesPerStep_ = 1;
   std::vector<size_t> bucketOf_;
-  std::vector<int> passes_;         // per gradient
-  std::vector<size_t> members_;     // per bucket
-  std::vector<size_t> ready_;       // per bucket: members at passesPerStep
-  std::vector<bool> submitted_;     // per bucket
+  std::vector<int> passes_;      // per gradient
+  std::vector<size_t> members_;  // per bucket
+  std::vector<size_t> ready_;    // per bucket: members at passesPerStep
+  std::vector<bool> submitted_;  // per bucket
 };
 
 }  // namespace kolo

@@ -103,8 +103,8 @@ class TensorOp {
 /// Requests of each collective, with the fields that follow from the tensor
 /// (dtype, shape, device) filled in by submit(). Names must be unique in
 /// flight per set (Engine::nameOrNext makes one for unnamed calls).
-Request allreduceRequest(std::string name, ReduceOp op = ReduceOp::kAverage,
-                         double prescale = 1.0, double postscale = 1.0, int processSet = 0);
+Request allreduceRequest(std::string name, ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
+                         double postscale = 1.0, int processSet = 0);
 /// allgather along the first dimension.
 Request allgatherRequest(std::string name, int processSet = 0);
 /// broadcast from root (a rank of the job that belongs to the set).
@@ -113,8 +113,7 @@ Request broadcastRequest(std::string name, int root, int processSet = 0);
 Request alltoallRequest(std::string name, std::vector<int64_t> splits = {}, int processSet = 0);
 /// reducescatter along the first dimension.
 Request reducescatterRequest(std::string name, ReduceOp op = ReduceOp::kAverage,
-                             double prescale = 1.0, double postscale = 1.0,
-                             int processSet = 0);
+                             double prescale = 1.0, double postscale = 1.0, int processSet = 0);
 
 /// Fills request's dtype, shape and device from input. Throws InvalidArgument
 /// naming the request for an input without data but with elements.

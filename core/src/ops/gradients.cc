@@ -34,17 +34,17 @@ DataType wireType(DataType dtype, Compression compression) {
 }
 
 void checkGradientOptions(const GradientOptions& o, const std::string& who) {
-  KOLO_CHECK_ARG(o.backwardPassesPerStep >= 1, who + ": backward_passes_per_step must be >= 1, got " +
+  KOLO_CHECK_ARG(o.backwardPassesPerStep >= 1, who +
+                                                   ": backward_passes_per_step must be >= 1, got " +
                                                    std::to_string(o.backwardPassesPerStep));
-  KOLO_CHECK_ARG(
-      o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum || o.op == ReduceOp::kAdasum,
-      who + ": op must be Average, Sum or Adasum, got " + toString(o.op));
+  KOLO_CHECK_ARG(o.op == ReduceOp::kAverage || o.op == ReduceOp::kSum || o.op == ReduceOp::kAdasum,
+                 who + ": op must be Average, Sum or Adasum, got " + toString(o.op));
   KOLO_CHECK_ARG(o.gradientPredivideFactor > 0.0,
                  who + ": gradient_predivide_factor must be > 0, got " +
                      std::to_string(o.gradientPredivideFactor));
-  KOLO_CHECK_ARG(o.gradientPredivideFactor == 1.0 || o.op == ReduceOp::kAverage,
-                 who + ": gradient_predivide_factor needs op == Average (got op " +
-                     toString(o.op) + ")");
+  KOLO_CHECK_ARG(
+      o.gradientPredivideFactor == 1.0 || o.op == ReduceOp::kAverage,
+      who + ": gradient_predivide_factor needs op == Average (got op " + toString(o.op) + ")");
   KOLO_CHECK_ARG(o.numGroups >= 0,
                  who + ": num_groups must be >= 0, got " + std::to_string(o.numGroups));
   KOLO_CHECK_ARG(o.numGroups == 0 || !o.explicitGroups,
@@ -113,10 +113,10 @@ std::vector<GradientBucket> planBuckets(const std::vector<GradientInfo>& gradien
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     for (size_t i : plan.groups[k]) {
       KOLO_CHECK_ARG(i < gradients.size(), who + ": group " + std::to_string(k) +
-                                               " names parameter " + std::to_string(i) +
-                                               " of " + std::to_string(gradients.size()));
-      KOLO_CHECK_ARG(!grouped[i], who + ": parameter '" + gradients[i].name +
-                                      "' is in more than one group");
+                                               " names parameter " + std::to_string(i) + " of " +
+                                               std::to_string(gradients.size()));
+      KOLO_CHECK_ARG(!grouped[i],
+                     who + ": parameter '" + gradients[i].name + "' is in more than one group");
       grouped[i] = true;
     }
     add(plan.groups[k], -1);
@@ -141,8 +141,8 @@ GradientSteps::GradientSteps(const std::vector<GradientBucket>& buckets, size_t 
       members_(buckets.size(), 0),
       ready_(buckets.size(), 0),
       submitted_(buckets.size(), false) {
-  KOLO_CHECK_ARG(passesPerStep >= 1, "backward_passes_per_step must be >= 1, got " +
-                                         std::to_string(passesPerStep));
+  KOLO_CHECK_ARG(passesPerStep >= 1,
+                 "backward_passes_per_step must be >= 1, got " + std::to_string(passesPerStep));
   for (size_t b = 0; b < buckets.size(); ++b) {
     members_[b] = buckets[b].members.size();
     for (size_t i : buckets[b].members) bucketOf_[i] = b;
@@ -186,8 +186,8 @@ void GradientSteps::reset() {
 }
 
 void GradientSteps::setPassesPerStep(int passes) {
-  KOLO_CHECK_ARG(passes >= 1, "backward_passes_per_step must be >= 1, got " +
-                                  std::to_string(passes));
+  KOLO_CHECK_ARG(passes >= 1,
+                 "backward_passes_per_step must be >= 1, got " + std::to_string(passes));
   passesPerStep_ = passes;
   std::fill(passes_.begin(), passes_.end(), 0);
   std::fill(ready_.begin(), ready_.end(), 0);

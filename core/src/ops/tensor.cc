@@ -61,6 +61,15 @@ Request request(OpType op, std::string name, int processSet) {
   return r;
 }
 
+Request reduction(OpType kind, std::string name, ReduceOp op, double prescale, double postscale,
+                  int processSet) {
+  Request r = request(kind, std::move(name), processSet);
+  r.reduceOp = op;
+  r.prescale = prescale;
+  r.postscale = postscale;
+  return r;
+}
+
 // The entry for input and output, with state's keep-alives in its callbacks.
 Entry entryFor(const Request& request, const std::shared_ptr<TensorOp::State>& state,
                OutputSpec output, TensorCallbacks callbacks) {
@@ -84,8 +93,8 @@ Entry entryFor(const Request& request, const std::shared_ptr<TensorOp::State>& s
       state->output = std::move(output.into);
       break;
     case OutputSpec::Kind::kNegotiated:
-      entry.allocate = [state, allocate = std::move(output.allocate)](
-                           const std::vector<int64_t>& shape) {
+      entry.allocate = [state,
+                        allocate = std::move(output.allocate)](const std::vector<int64_t>& shape) {
         TensorRef out = allocate(shape);
         std::lock_guard<std::mutex> lock(state->mu);
         state->output = std::move(out);
@@ -123,11 +132,7 @@ TensorRef hostTensor(DataType dtype, const std::vector<int64_t>& shape) {
 
 Request allreduceRequest(std::string name, ReduceOp op, double prescale, double postscale,
                          int processSet) {
-  Request r = request(OpType::kAllreduce, std::move(name), processSet);
-  r.reduceOp = op;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  return r;
+  return reduction(OpType::kAllreduce, std::move(name), op, prescale, postscale, processSet);
 }
 
 Request allgatherRequest(std::string name, int processSet) {
@@ -148,11 +153,7 @@ Request alltoallRequest(std::string name, std::vector<int64_t> splits, int proce
 
 Request reducescatterRequest(std::string name, ReduceOp op, double prescale, double postscale,
                              int processSet) {
-  Request r = request(OpType::kReducescatter, std::move(name), processSet);
-  r.reduceOp = op;
-  r.prescale = prescale;
-  r.postscale = postscale;
-  return r;
+  return reduction(OpType::kReducescatter, std::move(name), op, prescale, postscale, processSet);
 }
 
 void describeInto(const TensorRef& input, Request& request) {
@@ -176,8 +177,7 @@ TensorOp submit(Engine& engine, Request request, TensorRef input, OutputSpec out
 }
 
 std::vector<TensorOp> submitGroup(Engine& engine, std::vector<Request> requests,
-                                  std::vector<TensorRef> inputs,
-                                  std::vector<OutputSpec> outputs) {
+                                  std::vector<TensorRef> inputs, std::vector<OutputSpec> outputs) {
   KOLO_CHECK_ARG(requests.size() == inputs.size(),
                  "kolo::submitGroup: " + std::to_string(requests.size()) + " requests but " +
                      std::to_string(inputs.size()) + " inputs");

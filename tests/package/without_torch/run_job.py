@@ -17,7 +17,7 @@ def step(scale):
         k.shutdown()
 
 
-results = kolo.run(step, args=(2.0,), np=2)
+results = kolo.run(step, args=(2.0,), num_proc=2)
 assert results == [(0, [6.0] * 3, False), (1, [6.0] * 3, False)], results
 assert "torch" not in sys.modules
 print("run: ok")

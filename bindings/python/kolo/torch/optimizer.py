@@ -151,10 +151,10 @@ class _DistributedMixin:
         if isinstance(groups, int) and not isinstance(groups, bool):
             if groups < 0:
                 raise ValueError(bad % groups)
-            n = len(self._kolo_params)
-            k = min(groups, n)
-            bounds = [n * i // k for i in range(k + 1)] if k else [0]
-            members = [self._kolo_params[bounds[i]:bounds[i + 1]] for i in range(k)]
+            # Horovod's split (10 in 4: 3, 3, 2, 2), the one the C++
+            # optimizer makes too.
+            members = [[self._kolo_params[i] for i in group]
+                       for group in _kolo.split_into_groups(len(self._kolo_params), groups)]
         else:
             if (isinstance(groups, (str, bytes, bool, torch.Tensor))
                     or not hasattr(groups, "__iter__")):
@@ -170,8 +170,8 @@ class _DistributedMixin:
                 if group:
                     members.append(group)
         for gid, group in enumerate(members):
-            if len(group) < 2:
-                continue
+            # A group of one is reduced on its own, as Horovod's are, not
+            # bucketed with the ungrouped parameters.
             for p in group:
                 if p in self._kolo_group_of:
                     raise ValueError("a parameter appears in more than one group")
