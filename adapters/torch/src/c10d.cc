@@ -1,11 +1,12 @@
 // ProcessGroupKolo: construction, naming and submission of calls, and the
 // helpers of c10d_call.h. The calls themselves are in c10d_collectives.cc
-// (collectives) and c10d_peers.cc (send and recv).
+// (collectives), c10d_exchange.cc and c10d_peers.cc (send and recv); where
+// a group runs is c10d_engine.cc's.
 #include <algorithm>
 #include <utility>
 
 #include "c10d_call.h"
-#include "c10d_peers.h"
+#include "c10d_engine.h"
 #include "c10d_store.h"
 #include "c10d_work.h"
 #include "kolo/arrival.h"
@@ -257,12 +258,39 @@ void ProcessGroupKolo::start(std::shared_ptr<kolo::Store> store, const Identity*
                  "kolo process group: " + std::to_string(options_.globalRanks.size()) +
                      " global ranks for a group of " + std::to_string(getSize()));
   config_ = detail::groupConfig(options_);
+  const detail::GroupSettings settings{options_.timeout, config_.stallCheckTime};
+  // torch's default group is "0": it makes the process's engine, and every
+  // other group joins that when it can.
+  const bool defaultGroup = options_.groupName == "0";
+  if (!defaultGroup) {
+    std::vector<int64_t> ranks = options_.globalRanks;
+    if (ranks.empty()) {
+      for (int r = 0; r < getSize(); ++r) ranks.push_back(r);
+    }
+    if (auto joined =
+            detail::joinProcessEngine("c10d/" + options_.groupName, ranks, getRank(), settings)) {
+      engine_ = std::move(joined->engine);
+      processSet_ = joined->processSet;
+      localSet_ = joined->localSet;
+      engineRanks_ = std::move(joined->engineRanks);
+      tagBase_ = joined->tagBase;
+      tagLimit_ = joined->tagLimit;
+      return;
+    }
+  }
   const Identity identity =
       known != nullptr ? *known
                        : detail::identityThrough(*store, getRank(), getSize(), config_.timeout);
   detail::announceArrival(config_.timeout);
-  engine_ = std::make_unique<kolo::Engine>(config_, identity, store);
-  peers_ = std::make_unique<detail::PeerLinks>(config_, identity, store, label_);
+  engine_ = std::make_shared<kolo::Engine>(config_, identity, store);
+  ownsEngine_ = true;
+  for (int r = 0; r < getSize(); ++r) engineRanks_.push_back(r);
+  if (defaultGroup) {
+    // The process's engine: later groups are sets of it, each with a range
+    // of tags above this group's.
+    detail::setProcessEngine(engine_, settings);
+    tagLimit_ = detail::kTagsPerGroup;
+  }
 }
 
 ProcessGroupKolo::~ProcessGroupKolo() {
@@ -341,6 +369,7 @@ void ProcessGroupKolo::enqueueRefusal(const std::string& name, const std::string
     q.dtype = kolo::DataType::kUInt8;
     q.shape = {1};
     q.call = call + " [refused on this rank: " + why + "]";
+    q.processSet = processSet_;
     kolo::Entry e;
     e.input = byte.get();
     e.output = byte.get();
@@ -364,6 +393,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::submit(detail::C10dCall& c) {
   for (size_t i = 0; i < n; ++i) {
     c.requests[i].name = n == 1 ? name : name + "." + std::to_string(i);
     c.requests[i].call = c.call;
+    c.requests[i].processSet = processSet_;
     c.entries[i].onDone = WorkKolo::doneCallback(work);
   }
   std::vector<kolo::Handle> handles;
@@ -392,13 +422,20 @@ uint64_t ProcessGroupKolo::getSequenceNumberForGroup() {
 
 void ProcessGroupKolo::abort() {
   const std::string why = "ProcessGroupKolo::abort() called on rank " + std::to_string(getRank());
-  if (peers_) peers_->abort(why);
   if (engine_) engine_->abort(why);
 }
 
 void ProcessGroupKolo::shutdown() {
-  if (peers_) peers_->shutdown();
-  if (engine_) engine_->shutdown();
+  if (!engine_) return;
+  std::call_once(shutdownOnce_, [this] {
+    try {
+      if (localSet_) engine_->removeLocalProcessSet(processSet_);
+    } catch (const kolo::Error&) {
+      // The engine stopped (the default group was shut down first): the set
+      // went with it.
+    }
+    if (ownsEngine_) engine_->shutdown();
+  });
 }
 
 }  // namespace kolo::torch

@@ -173,7 +173,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupKolo::broadcast(
     KOLO_CHECK_ARG(opts.rootRank >= 0 && opts.rootRank < getSize(),
                    call + ": src " + std::to_string(opts.rootRank) + " is not a rank of the group");
     at::Tensor work = realView(detail::inPlace(c, t));
-    c.add(kolo::OpType::kBroadcast, work, work, call).root = static_cast<int>(opts.rootRank);
+    c.add(kolo::OpType::kBroadcast, work, work, call).root =
+        engineRank(static_cast<int>(opts.rootRank));
     c.outputs = {t};
   });
 }

@@ -90,6 +90,21 @@ void ProcessGroupKolo::WorkKolo::keepReady(std::shared_ptr<void> event) {
   readyEvents_.push_back(std::move(event));
 }
 
+void ProcessGroupKolo::WorkKolo::receivesFrom(std::vector<int> engineRanks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sourceRanks_ = std::move(engineRanks);
+}
+
+int ProcessGroupKolo::WorkKolo::sourceRank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handles_.empty() || remaining_ > 0) return -1;
+  const int source = handles_[0].source();
+  for (size_t r = 0; r < sourceRanks_.size(); ++r) {
+    if (sourceRanks_[r] == source) return static_cast<int>(r);
+  }
+  return -1;
+}
+
 void ProcessGroupKolo::WorkKolo::started(std::vector<kolo::Handle> handles) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -40,8 +40,7 @@ namespace kolo::torch {
 // A call's completion: as many engine operations as the call made (one; a
 // coalesced call one per tensor), counted down by their Entry::onDone, and
 // a finishing step (copies into the caller's output tensors) run once,
-// after them, by whichever reader comes first. Point-to-point calls start
-// later, once their pair of ranks is connected (started()).
+// after them, by whichever reader comes first.
 class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
  public:
   // label: the group's, for messages; name: the call's ("process group 0
@@ -65,6 +64,9 @@ class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
   void keepReady(std::shared_ptr<void> event);
   // Operations the work is made of; set before the first is submitted.
   void expect(int operations);
+  // A receive: sourceRank() is the group rank whose engine rank (in
+  // engineRanks, the engine's rank of each group rank) sent the message.
+  void receivesFrom(std::vector<int> engineRanks);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -73,6 +75,8 @@ class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
   void synchronize() override;
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // A receive's sender (group rank), once done; -1 before.
+  int sourceRank() const override;
 
  private:
   void opDone(const kolo::Status& status);
@@ -101,6 +105,7 @@ class ProcessGroupKolo::WorkKolo : public ::c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<at::Tensor> kept_;
   std::vector<std::shared_ptr<void>> readyEvents_;
+  std::vector<int> sourceRanks_;  // receivesFrom()
 
   std::mutex finishMu_;        // held while finish_ runs
   bool finished_ = false;      // under mu_ and finishMu_

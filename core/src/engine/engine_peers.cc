@@ -65,7 +65,7 @@ Handle Engine::send(int peer, int tag, Request request, Entry entry) {
   std::lock_guard<std::mutex> lock(impl.pairMu);
   PeerPair& pair = impl.pairs[peer];
   if (pair.state == PeerPair::State::kFailed) throw PeerFailure(pair.failure.message);
-  request.name = wire::messageName(tag, pair.sent[tag]++);
+  request.name = wire::messageName(tag, self, pair.sent[tag]++);
   PendingOp op = messageOp(std::move(request), std::move(entry), std::move(handle));
   if (pair.state == PeerPair::State::kReady) {
     op.msg.request.processSet = pair.setId;

@@ -40,6 +40,11 @@ namespace {
 constexpr char kMessagePrefix[] = "kolo.p2p.";
 }  // namespace
 
+std::string messageName(int tag, int sender, uint64_t n) {
+  return kMessagePrefix + std::to_string(tag) + "." + std::to_string(sender) + "." +
+         std::to_string(n);
+}
+
 std::string messageName(int tag, uint64_t n) {
   return kMessagePrefix + std::to_string(tag) + "." + std::to_string(n);
 }

@@ -77,10 +77,14 @@ struct ResponseList {
 };
 
 // Point-to-point messages (Engine::send) are broadcasts from the sender in
-// the pair's set, named "kolo.p2p.<tag>.<n>" (n: the sender's count of
-// messages to that peer with that tag); such a name is ready as soon as the
-// sender submitted it, the receiver taking part without submitting.
+// the pair's set, named "kolo.p2p.<tag>.<sender>.<n>" (sender: its rank of
+// the job, so the two directions of a pair never share a name; n: the
+// sender's count of messages to that peer with that tag); such a name is
+// ready as soon as the sender submitted it, the receiver taking part
+// without submitting.
 namespace wire {
+std::string messageName(int tag, int sender, uint64_t n);
+// "kolo.p2p.<tag>.<n>", without the sender.
 std::string messageName(int tag, uint64_t n);
 bool isMessageName(const std::string& name);
 // The tag and the place (n) of a message name (isMessageName).

@@ -56,7 +56,6 @@ using C10dBackend = ::c10d::ProcessGroup;
 #endif
 
 namespace detail {
-class PeerLinks;
 struct C10dCall;
 }  // namespace detail
 
@@ -77,18 +76,29 @@ struct ProcessGroupKoloOptions {
 };
 
 /// A c10d process group (torch 2.x: a backend of one) whose every call is an
-/// operation of kolo's engine. One engine per group: it meets the other
-/// ranks through the store it is given (torch's store: env://, tcp://,
-/// file://, torchrun's), never through a second rendezvous.
+/// operation of kolo's engine. One engine per process: the default group
+/// (groupName "0", as torch names it) makes it, meeting the other ranks through the store it is
+/// given (torch's store: env://, tcp://, file://, torchrun's), never through
+/// a second rendezvous. Every later group of the process is a local process
+/// set of that engine (Engine::addLocalProcessSet, keyed "c10d/<group
+/// name>"), made by the group's members alone, so one loop thread runs every
+/// group and all of a process's work is issued in one order its peers agree
+/// on. A group that cannot share it makes an engine of its own, as every
+/// group did before: one whose timeout is shorter than the default group's
+/// or that was made under another KOLO_STALL_CHECK_TIME (the engine stalls
+/// and times out all its sets alike), one whose ranks are not ascending, and
+/// any group made while the default group is not kolo's.
 ///
 /// Calls are named by the group and their place in it ("process group 0
 /// #54"): every rank must make the same calls in the same order, as c10d
 /// requires. Calls of one rank may come from several threads, but not
 /// concurrently with each other in an order that differs between ranks.
 ///
-/// Point-to-point calls (send, recv) run on a second, two-rank engine per
-/// pair of ranks that talk, connected at their first exchange; messages
-/// between two ranks with one tag match in the order they were made.
+/// Point-to-point calls (send, recv, recv from any source) are the engine's
+/// (Engine::send, Engine::recv): messages between two ranks with one tag
+/// match in the order they were made. On the process's engine every group
+/// has a range of tags of its own, so tags are below 2^20 there; CUDA tensors
+/// are staged through host memory (the core's messages are CPU memory).
 ///
 /// Errors: a bad argument throws at the call (ValueError in Python); what is
 /// not supported throws NotImplementedError naming what to use instead;
@@ -212,7 +222,8 @@ class ProcessGroupKolo : public C10dBackend {
   /// dist.recv / irecv from srcRank.
   c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                         int tag) override;
-  /// Not supported: throws NotImplementedError (name the source rank).
+  /// dist.recv without src: the first message with tag from any rank of
+  /// the group; the work's sourceRank() is the sender's group rank.
   c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                  int tag) override;
   /// dist.barrier: completes when every rank of the group called it.
@@ -224,23 +235,28 @@ class ProcessGroupKolo : public C10dBackend {
   /// The number of calls this rank made in the group so far.
   uint64_t getSequenceNumberForGroup() override;
 
-  /// Fails this rank: every rank's pending and later calls in this group fail
-  /// with an error naming this rank (as ProcessGroupMPI::abort() ends the
-  /// job). Any thread.
+  /// Fails this rank: every rank's pending and later calls in this group, and
+  /// in every group on the same engine, fail with an error naming this rank
+  /// (as ProcessGroupMPI::abort() ends the job). Any thread.
 #if TORCH_VERSION_MAJOR >= 2
   void abort() override;
 #else
   void abort();
 #endif
-  /// Shuts the group's engines down; pending calls fail. Idempotent.
+  /// Ends the group: removes its process set from the process's engine
+  /// (blocking until every member did), or shuts the engine down when the
+  /// group made it (the default group's ends every group on it); pending
+  /// calls fail. Idempotent.
 #if TORCH_VERSION_MAJOR >= 2
   void shutdown() override;
 #else
   void shutdown();
 #endif
 
-  /// The engine the group's collectives run on (its stats, its timeline).
+  /// The engine the group's calls run on (its stats, its timeline).
   kolo::Engine& engine() { return *engine_; }
+  /// The process set of engine() the group's calls carry (0: all its ranks).
+  int processSet() const { return processSet_; }
   /// "process group 0" or "process group 1 (global ranks 2,3)".
   const std::string& label() const { return label_; }
 
@@ -260,15 +276,24 @@ class ProcessGroupKolo : public C10dBackend {
   // they refused it alike), so that they fail at it instead of waiting.
   void refuse(const std::string& call, const std::string& why);
   void enqueueRefusal(const std::string& name, const std::string& call, const std::string& why);
+  // send (sending), recv from peer, or recv from any source (peer < 0).
   c10::intrusive_ptr<::c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer,
                                                 int tag, bool sending);
+  // The engine's rank of group rank r.
+  int engineRank(int r) const { return engineRanks_[static_cast<size_t>(r)]; }
 
   ProcessGroupKoloOptions options_;
   std::unique_ptr<kolo::TcpStoreServer> server_;  // createProcessGroupKolo under torchrun
   std::string label_;
   kolo::Config config_;
-  std::unique_ptr<kolo::Engine> engine_;
-  std::unique_ptr<detail::PeerLinks> peers_;
+  std::shared_ptr<kolo::Engine> engine_;  // shared by the groups on the process's engine
+  bool ownsEngine_ = false;               // made it (shutdown() shuts it down)
+  int processSet_ = 0;                    // the set the group's operations carry
+  bool localSet_ = false;                 // processSet_ is a local set of a shared engine
+  std::vector<int> engineRanks_;          // the engine's rank of each group rank
+  int tagBase_ = 0;                       // added to tags on the engine
+  int tagLimit_ = 0;                      // tags must be below it (0: no limit)
+  std::once_flag shutdownOnce_;
   std::mutex mu_;      // orders name assignment and submission
   uint64_t seq_ = 0;   // calls made so far (under mu_)
 };
