@@ -163,29 +163,14 @@ def run(func):
     """
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        if not _kolo.elastic_enabled():
-            state.sync()
-            state.save()
-            return func(state, *args, **kwargs)
-        reason = None
-        while True:
-            if reason is not None:
-                # Errors here (the job is ending) are final.
-                _kolo.elastic_reset(reason)
-                _process_sets._after_reset()
-                state.on_reset()
-            try:
-                _kolo.reset_names()
-                state.sync()
-                # The synced state is what a failure before the next commit
-                # returns to (a new worker would otherwise restore its own).
-                state.save()
-                return func(state, *args, **kwargs)
-            except HostsUpdatedInterrupt:
-                reason = "the host set changed"
-            except KoloInternalError as e:
-                reason = str(e) or "a peer failed"
-                state.restore()
+        def on_reset():
+            _process_sets._after_reset()
+            state.on_reset()
+
+        # The core's loop (kolo::elastic::run), the one LibTorch programs
+        # run: outside an elastic job it syncs once and calls func.
+        return _kolo.elastic_run(state, lambda: func(state, *args, **kwargs), on_reset,
+                                 HostsUpdatedInterrupt)
     return wrapper
 
 
