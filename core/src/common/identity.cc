@@ -1,6 +1,7 @@
 #include "kolo/identity.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "kolo/error.h"
 

@@ -1,6 +1,7 @@
 #include "engine/mailbox.h"
 
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 namespace kolo {

@@ -9,8 +9,10 @@
 // Threading: any thread. Lock order: DeviceTurns before any Clique.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
