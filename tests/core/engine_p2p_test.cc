@@ -68,6 +68,22 @@ TEST(PointToPoint, PairsExchangeInBothDirectionsInOrderPerTag) {
   });
 }
 
+TEST(PointToPoint, TwoRanksSendingToEachOtherWithOneTagAtOnceEachGetTheOthers) {
+  // Both directions of a pair with one tag, sent before either receives:
+  // two messages, not one broadcast with two senders.
+  spawn(2, [](int rank, Engine& engine) {
+    const int peer = 1 - rank;
+    std::vector<float> mine(3, 10.0f + static_cast<float>(rank)), theirs(3, 0.0f);
+    Handle sent = sendTo(engine, peer, 1, mine);
+    Handle got = recvFrom(engine, peer, 1, theirs);
+    sent.wait();
+    got.wait();
+    EXPECT_EQ(got.source(), peer);
+    EXPECT_FLOAT_EQ(theirs[2], 10.0f + static_cast<float>(peer));
+    engine.barrier().wait();
+  });
+}
+
 TEST(PointToPoint, RecvFromAnySourceTakesTheFirstMessageAndNamesItsSender) {
   ThreadBarrier firstTaken(3);
   spawn(3, [&](int rank, Engine& engine) {

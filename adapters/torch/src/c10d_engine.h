@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "kolo/config.h"
 #include "kolo/engine.h"
 
 namespace kolo::torch::detail {

@@ -10,10 +10,14 @@ tensors. Then any torch.distributed program runs on kolo's engine::
     dist.init_process_group("kolo")          # or "cpu:kolo,cuda:nccl"
     model = torch.nn.parallel.DistributedDataParallel(model)
 
-``new_group(ranks, backend="kolo")`` and device meshes built on it work the
-same way. Each group meets the other ranks through the store torch gives it
-(env://, tcp://, file://, torchrun's); under kolorun, env:// finds what it
-needs in the environment kolorun sets.
+``new_group(ranks, backend="kolo")`` (with ``use_local_synchronization=True``
+too) and device meshes built on it work the same way: every kolo group is a
+process set of the one engine the default group made, so all of a process's
+groups share one background thread and one order of work. The default group
+meets the other ranks through the store torch gives it (env://, tcp://,
+file://, torchrun's); under kolorun, env:// finds what it needs in the
+environment kolorun sets. ``dist.recv(t)`` without ``src`` receives from any
+rank and returns the sender, as gloo does.
 
 What kolo adds: every call is negotiated, so ranks that make different calls
 at the same point (another op, dtype, shape, root or split sizes) fail at

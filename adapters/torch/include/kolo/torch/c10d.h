@@ -126,7 +126,7 @@ class ProcessGroupKolo : public C10dBackend {
   /// store this process serves under torchrun; may be null) alive.
   ProcessGroupKolo(std::shared_ptr<kolo::Store> store, const kolo::Identity& identity,
                    ProcessGroupKoloOptions options, std::unique_ptr<kolo::TcpStoreServer> server);
-  /// Shuts the group's engines down (pending calls fail).
+  /// shutdown(), errors swallowed (pending calls fail).
   ~ProcessGroupKolo() override;
 
   /// The group of every process of the job, from the launcher's environment
