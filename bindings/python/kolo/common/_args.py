@@ -18,6 +18,9 @@ def _name(name):
 
 
 def _kind(value):
+    # A framework's tensor (torch's prints its whole contents) is named, not shown.
+    if type(value).__name__ == "Tensor" and hasattr(value, "dim"):
+        return "a tensor"
     return "%s %r" % (type(value).__name__, value)
 
 
@@ -37,7 +40,7 @@ def _scale(value, fn, what):
     if not isinstance(value, (str, bytes)):
         try:
             return float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several
             pass
     raise ValueError("%s: %s must be a number, got %s" % (fn, what, _kind(value)))
 

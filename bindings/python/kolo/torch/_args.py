@@ -3,26 +3,17 @@
 Each check names the function and the argument that was wrong, and raises
 ValueError (as Horovod does), never a binding's TypeError.
 """
-import operator
 import warnings
 
 import torch
 
 from kolo import _kolo
-from kolo.torch.process_sets import _id
+from kolo.common import _args as _common
+# The framework-free checks, as kolo.allreduce and friends make them.
+from kolo.common._args import _INT32_MAX, _as_int, _kind, _name, _sid  # noqa: F401
+from kolo.common.process_sets import _id
 
-
-def _name(name):
-    return "" if name is None else str(name)
-
-
-_INT32_MAX = 2 ** 31 - 1
 _INT64_MAX = 2 ** 63 - 1
-
-
-def _kind(value):
-    return "%s %r" % (type(value).__name__, value) if not isinstance(value, torch.Tensor) \
-        else "a tensor"
 
 
 def _tensor(tensor, fn, what="tensor"):
@@ -48,35 +39,12 @@ def _tensor_list(tensors, fn):
 
 def _scale(value, fn, what):
     """A scale factor as a float (ints, floats, numpy and 0-d tensors)."""
-    if not isinstance(value, (str, bytes)):
-        try:
-            return float(value)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    raise ValueError("kolo.torch.%s: %s must be a number, got %s" % (fn, what, _kind(value)))
-
-
-def _as_int(value):
-    """value as an int (ints, numpy ints, 0-d integer tensors), None for
-    anything else, bools included."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
+    return _common._scale(value, "kolo.torch." + fn, what)
 
 
 def _rank_arg(value, fn, what="root_rank"):
     """A rank of the job as an int (ints, numpy ints, 0-d integer tensors)."""
-    rank = _as_int(value)
-    if rank is None:
-        raise ValueError("kolo.torch.%s: %s must be an int rank, got %s"
-                         % (fn, what, _kind(value)))
-    if not 0 <= rank <= _INT32_MAX:
-        raise ValueError("kolo.torch.%s: %s=%d is not a rank (ranks are 0 .. size-1)"
-                         % (fn, what, rank))
-    return rank
+    return _common._rank_arg(value, "kolo.torch." + fn, what)
 
 
 def _count(value, fn, what, minimum=1):
@@ -89,14 +57,6 @@ def _count(value, fn, what, minimum=1):
         raise ValueError("kolo.torch.%s: %s must be an int >= %d, got %d"
                          % (fn, what, minimum, count))
     return count
-
-
-def _sid(process_set):
-    """The engine id of process_set (ValueError for anything else)."""
-    set_id = _id(process_set)
-    if not 0 <= set_id <= _INT32_MAX:
-        raise ValueError("process_set id %d does not exist" % set_id)
-    return set_id
 
 
 def _check_compression(compression, fn):
