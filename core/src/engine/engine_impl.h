@@ -171,6 +171,9 @@ struct Engine::Impl : CallerCycles {
   void traceCloseOnLoop(PendingOp& op, int64_t ts);
   // Sum of every set's counters (cycles: set 0's), for publishing.
   EngineStats totalStatsOnLoop() const;
+  // Adds every counter of from but cycles into into (a set's counters into
+  // the engine's sums).
+  static void addCounters(EngineStats& into, const EngineStats& from);
   void publishStatsOnLoop();
 
   Config config;

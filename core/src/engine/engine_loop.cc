@@ -572,15 +572,19 @@ EngineStats Engine::Impl::totalStatsOnLoop() const {
   for (const auto& [id, set] : sets) {
     const EngineStats& s = set->stats;
     if (id == 0) total.cycles = s.cycles;
-    total.coordinatorRounds += s.coordinatorRounds;
-    total.cachedResponses += s.cachedResponses;
-    total.responses += s.responses;
-    total.fusedTensors += s.fusedTensors;
-    total.backendCalls += s.backendCalls;
-    total.bytesReduced += s.bytesReduced;
-    total.stallChecks += s.stallChecks;
+    addCounters(total, s);
   }
   return total;
+}
+
+void Engine::Impl::addCounters(EngineStats& into, const EngineStats& from) {
+  into.coordinatorRounds += from.coordinatorRounds;
+  into.cachedResponses += from.cachedResponses;
+  into.responses += from.responses;
+  into.fusedTensors += from.fusedTensors;
+  into.backendCalls += from.backendCalls;
+  into.bytesReduced += from.bytesReduced;
+  into.stallChecks += from.stallChecks;
 }
 
 void Engine::Impl::publishStatsOnLoop() {

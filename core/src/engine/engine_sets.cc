@@ -15,14 +15,7 @@ void Engine::Impl::retireSetOnLoop(std::map<int, std::unique_ptr<ProcessSetState
   ProcessSetState& set = *it->second;
   const int id = set.id;
   failSetOnLoop(set, why);
-  const EngineStats& s = set.stats;
-  retiredStats.coordinatorRounds += s.coordinatorRounds;
-  retiredStats.cachedResponses += s.cachedResponses;
-  retiredStats.responses += s.responses;
-  retiredStats.fusedTensors += s.fusedTensors;
-  retiredStats.backendCalls += s.backendCalls;
-  retiredStats.bytesReduced += s.bytesReduced;
-  retiredStats.stallChecks += s.stallChecks;
+  addCounters(retiredStats, set.stats);
   sets.erase(it);  // closes its connections; every member does it here
   {
     std::lock_guard<std::mutex> lock(mu);

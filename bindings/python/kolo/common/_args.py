@@ -63,22 +63,28 @@ def _sid(process_set):
     return set_id
 
 
-def _check_op(op, fn):
+def _where(fn):
+    return "%s: " % fn if fn else ""
+
+
+def _check_op(op, fn, api="kolo"):
+    """op, checked to be a ReduceOp; api names the module its constants are
+    spelled from in the message ("kolo", "kolo.torch")."""
     if not isinstance(op, _kolo.ReduceOp):
-        raise ValueError("%s: op must be one of kolo.Average, Sum, Min, Max, Product, Adasum; "
-                         "got %r" % (fn, op))
+        raise ValueError("%sop must be one of %s.Average, Sum, Min, Max, Product, Adasum; "
+                         "got %r" % (_where(fn), api, op))
     return op
 
 
-def _resolve_op(op, average, fn):
+def _resolve_op(op, average, fn, api="kolo"):
     """op wins; the legacy average= flag maps to Average/Sum; the default is
     Average, as in horovod.torch."""
     if op is not None and average is not None:
-        raise ValueError("%s: pass either op= or the deprecated average=, not both" % fn)
+        raise ValueError("%spass either op= or the deprecated average=, not both" % _where(fn))
     if average is not None:
-        warnings.warn("average= is deprecated: use op=kolo.Average or kolo.Sum",
+        warnings.warn("average= is deprecated: use op=%s.Average or Sum" % api,
                       DeprecationWarning, stacklevel=4)
         return _kolo.ReduceOp.Average if average else _kolo.ReduceOp.Sum
     if op is None:
         return _kolo.ReduceOp.Average
-    return _check_op(op, fn)
+    return _check_op(op, fn, api)

@@ -3,8 +3,6 @@
 Each check names the function and the argument that was wrong, and raises
 ValueError (as Horovod does), never a binding's TypeError.
 """
-import warnings
-
 import torch
 
 from kolo import _kolo
@@ -67,23 +65,12 @@ def _check_compression(compression, fn):
 
 
 def _resolve_op(op, average):
-    """op wins; the legacy average= flag maps to Average/Sum."""
-    if op is not None and average is not None:
-        raise ValueError("pass either op= or the deprecated average=, not both")
-    if average is not None:
-        warnings.warn("average= is deprecated: use op=kolo.torch.Average or Sum",
-                      DeprecationWarning, stacklevel=3)
-        return _kolo.ReduceOp.Average if average else _kolo.ReduceOp.Sum
-    if op is None:
-        return _kolo.ReduceOp.Average
-    return _check_op(op)
+    """op wins; the legacy average= flag maps to Average/Sum (the framework-free check)."""
+    return _common._resolve_op(op, average, None, "kolo.torch")
 
 
 def _check_op(op):
-    if not isinstance(op, _kolo.ReduceOp):
-        raise ValueError("op must be one of kolo.torch.Average, Sum, Min, Max, Product, "
-                         "Adasum; got %r" % (op,))
-    return op
+    return _common._check_op(op, None, "kolo.torch")
 
 
 def _set_size(process_set):
