@@ -27,22 +27,8 @@ from kolo.torch.compression import Compression
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.sync import Handle, _copy_back, _listed, _single, synchronize
 
-ReduceOp = _kolo.ReduceOp
-"""How a reduction combines the ranks' tensors (the ``op=`` argument)."""
-Average = ReduceOp.Average
-"""Sum over the ranks of the process set divided by their number (integers:
-truncated). The default op."""
-Sum = ReduceOp.Sum
-"""Elementwise sum over the ranks."""
-Min = ReduceOp.Min
-"""Elementwise minimum over the ranks."""
-Max = ReduceOp.Max
-"""Elementwise maximum over the ranks."""
-Product = ReduceOp.Product
-"""Elementwise product over the ranks."""
-Adasum = ReduceOp.Adasum  # allreduce of floating tensors only (docs/guides/adasum.md)
-"""Adaptive summation (Maleki et al.): for allreduce of floating-point
-tensors on the CPU only (CUDA tensors raise KoloInvalidArgumentError)."""
+# The reduce ops are the framework-free API's (documented there).
+from kolo.common.arrays import Adasum, Average, Max, Min, Product, ReduceOp, Sum  # noqa: E402,F401
 
 
 # ---- allreduce ----------------------------------------------------------------
