@@ -22,7 +22,7 @@ set -euo pipefail
 # Another build's CMake arguments (scripts/test.sh exports torch2's for its
 # wheel) are not this build's: a changed compiler makes CMake wipe the
 # build folder's cache and rebuild everything.
-unset CMAKE_ARGS KOLO_WHEEL_BUILD_DIR
+unset CMAKE_ARGS
 source_dir=$(cd "$1" && pwd)
 cache=${KOLO_CACHE_DIR:-$2}  # scripts/test.sh's cache, shared between clones
 base_python=${3:-/usr/bin/python3}
