@@ -16,6 +16,7 @@
 #include "process.h"
 #include "remote.h"
 #include "usage_error.h"
+#include "tuning_env.h"
 #include "worker_env.h"
 
 namespace kolo::launcher {

@@ -121,11 +121,6 @@ ParsedCommandLine parseCommandLine(int argc, const char* const* argv,
 std::vector<std::string> normalizeArgs(const std::vector<std::string>& args,
                                        const std::vector<std::string>& valueFlags);
 
-using EnvList = std::vector<std::pair<std::string, std::string>>;
-
-// KOLO_* variables for the tuning and backend flags that were given.
-EnvList tuningEnv(const Options& options);
-
 // Shortest decimal text for a number ("5", "0.25").
 std::string formatNumber(double value);
 

@@ -8,6 +8,7 @@
 
 #include "hosts.h"
 #include "options.h"
+#include "tuning_env.h"
 
 namespace kolo::launcher {
 

@@ -19,6 +19,7 @@
 #include "launcher_test_util.h"
 #include "mpi_command.h"
 #include "options.h"
+#include "tuning_env.h"
 #include "usage_error.h"
 #include "worker_env.h"
 

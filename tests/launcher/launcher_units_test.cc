@@ -8,6 +8,7 @@
 #include "hosts.h"
 #include "kolo/build_config.h"
 #include "options.h"
+#include "tuning_env.h"
 #include "output.h"
 #include "remote.h"
 #include "usage_error.h"
