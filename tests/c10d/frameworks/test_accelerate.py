@@ -17,6 +17,15 @@ from conftest import (PER_RANK, STEPS, dataset, flat, loss_fn, make_model, make_
 
 TIMEOUT = datetime.timedelta(seconds=60)
 
+# The models gloo trained, kept until the process exits. torch's gloo can
+# deadlock when the last reference to its group goes right after a
+# collective: the main thread, holding the GIL, drops the DDP model, whose
+# reducer holds the group's last reference, and ~ProcessGroupGloo joins its
+# worker threads; a worker that is still destroying the finished allgather
+# needs the GIL to release that op's Python tensors, and waits for ever
+# (both ranks seen so in gdb, torch 2.11). At exit the workers are idle.
+_KEPT_UNTIL_EXIT = []
+
 
 def forget_accelerate():
     """Accelerate keeps one state per process: each test starts afresh."""
@@ -51,6 +60,8 @@ def train(backend):
         assert gathered.shape[0] == dist.get_world_size()
         assert all(torch.equal(row, weights) for row in gathered)
         assert same_on_every_rank(weights)
+        if backend == "gloo":
+            _KEPT_UNTIL_EXIT.append(model)
         return weights
     finally:
         forget_accelerate()
