@@ -189,6 +189,82 @@ def test_distributed_optimizer_adasum_combines_local_updates():
     assert same_on_all_ranks(model.weight, "par.adasum.opt.same")
 
 
+class _DoublingCompressor:
+    """A custom compressor (Horovod's Compressor interface): sends twice the
+    tensor, brings back half. Adasum is homogeneous (Adasum(2a, 2b) =
+    2 Adasum(a, b)), so the step must equal the uncompressed one."""
+    calls = []
+
+    @staticmethod
+    def compress(tensor):
+        _DoublingCompressor.calls.append("compress")
+        return tensor * 2, ("ctx", tensor.dtype)
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        assert ctx[0] == "ctx"
+        _DoublingCompressor.calls.append("decompress")
+        return (tensor / 2).to(ctx[1])
+
+
+class _IntegerCompressor:
+    """Sends int32, which Adasum refuses: every rank's reduction fails."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor.to(torch.int32), None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+def _adasum_model_and_optimizer(compression, name_prefix):
+    torch.manual_seed(1)
+    model = torch.nn.Linear(4, 3)
+    named = [(name_prefix + n, p) for n, p in model.named_parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=named, op=hvd.Adasum,
+                                   compression=compression)
+    return model, opt
+
+
+def _adasum_step(model, opt):
+    x = torch.linspace(-1, 1, 20).reshape(5, 4) * (hvd.rank() + 1)
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+
+
+def test_distributed_optimizer_adasum_takes_a_custom_compressor():
+    """The delta step calls a custom compressor's compress and decompress
+    once per parameter and step, with its context, and gives the
+    uncompressed step's parameters."""
+    plain, plain_opt = _adasum_model_and_optimizer(hvd.Compression.none, "plain.")
+    custom, custom_opt = _adasum_model_and_optimizer(_DoublingCompressor, "custom.")
+    _DoublingCompressor.calls.clear()
+    _adasum_step(plain, plain_opt)
+    _adasum_step(custom, custom_opt)
+    params = len(list(custom.parameters()))
+    assert _DoublingCompressor.calls == ["compress"] * params + ["decompress"] * params
+    for a, b in zip(plain.parameters(), custom.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    assert same_on_all_ranks(custom.weight, "par.adasum.custom.same")
+
+
+def test_distributed_optimizer_adasum_failed_reduction_restores_the_parameters():
+    """A reduction that fails (an int32 change, which Adasum refuses) raises
+    the engine's error on every rank and leaves each parameter as it was
+    before the step; the optimizer can step again."""
+    model, opt = _adasum_model_and_optimizer(_IntegerCompressor, "bad.")
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(hvd.KoloInvalidArgumentError, match="Adasum needs a floating-point"):
+        _adasum_step(model, opt)
+    for p, p0 in zip(model.parameters(), before):
+        assert torch.equal(p, p0)
+    opt.zero_grad()  # nothing was left in flight
+
+
 # ---- SyncBatchNorm ------------------------------------------------------------------------
 
 

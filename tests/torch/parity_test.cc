@@ -179,6 +179,48 @@ TEST_F(TorchParity, DistributedOptimizerAdasumCombinesTheLocalUpdates) {
   }
 }
 
+// adasum_delta_step on its own: the transforms see every parameter's change
+// in order, and a reduction that fails (an int32 change, which Adasum
+// refuses) throws on every rank with every parameter back at its value
+// before the step.
+TEST_F(TorchParity, AdasumDeltaStepTransformsEachChangeAndRestoresOnFailure) {
+  spawn(2, [&](int rank, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    std::vector<at::Tensor> params = {torch::zeros({3}, torch::kFloat).requires_grad_(),
+                                      torch::ones({2, 2}, torch::kDouble).requires_grad_()};
+    const std::vector<std::string> names = {"delta.a", "delta.b"};
+    auto localStep = [&] {
+      torch::NoGradGuard noGrad;
+      for (auto& p : params) p.add_(rank + 1.0);  // changes a (rank 0) and 2a (rank 1)
+    };
+    std::vector<size_t> seen;
+    auto twice = [&](size_t i, const at::Tensor& t) {
+      seen.push_back(i);
+      return t * 2;
+    };
+    auto half = [](size_t, const at::Tensor& t) { return t / 2; };
+    kt::adasum_delta_step(params, names, localStep, twice, half, kt::ProcessSet(), ctx);
+    EXPECT_EQ(seen, (std::vector<size_t>{0, 1}));
+    // Adasum(a, b) = a + b - (a.b / 2|a|^2) a - (a.b / 2|b|^2) b; for b = 2a
+    // that is 3a - a - a/2 = 1.5a (and the doubling and halving cancel).
+    expectClose(params[0], torch::full({3}, 1.5, torch::kDouble), 1e-6, "float param");
+    expectClose(params[1], torch::full({2, 2}, 2.5, torch::kDouble), 1e-9, "double param");
+    EXPECT_TRUE(params[0].grad().defined());  // zeros for the parameter without a gradient
+
+    const std::vector<at::Tensor> before = {params[0].detach().clone(),
+                                            params[1].detach().clone()};
+    auto toInt = [](size_t, const at::Tensor& t) { return t.to(at::kInt); };
+    EXPECT_THROW(
+        kt::adasum_delta_step(params, names, localStep, toInt, nullptr, kt::ProcessSet(), ctx),
+        kolo::InvalidArgument);
+    EXPECT_TRUE(torch::equal(params[0], before[0]));
+    EXPECT_TRUE(torch::equal(params[1], before[1]));
+    EXPECT_THROW(kt::adasum_delta_step(params, {"one name"}, localStep, nullptr, nullptr,
+                                       kt::ProcessSet(), ctx),
+                 kolo::InvalidArgument);
+  });
+}
+
 // nn::Embedding(sparse) gradients: allgather of indices and values by default
 // (the gradient stays sparse), or reduced dense with sparse_as_dense; both
 // give every rank the parameters of the averaged dense gradient.

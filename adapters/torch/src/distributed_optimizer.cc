@@ -152,40 +152,47 @@ DistributedOptimizer::~DistributedOptimizer() = default;  // the reducer waits
 
 void DistributedOptimizer::synchronize() { state_->reducer->synchronize(); }
 
-// Adasum (Horovod's delta optimizer): every parameter takes the wrapped
-// optimizer's local step, the change it made is combined over ranks with
-// Adasum, and the parameter becomes its value before the step plus that
-// combination. A parameter without a gradient steps on zeros, so every rank
-// submits every parameter.
-void DistributedOptimizer::adasumStep() {
-  State& st = *state_;
+void adasum_delta_step(const std::vector<at::Tensor>& params,
+                       const std::vector<std::string>& names,
+                       const std::function<void()>& local_step, const DeltaTransform& compress,
+                       const DeltaTransform& decompress, ProcessSet set, Context& ctx) {
+  KOLO_CHECK_ARG(params.size() == names.size(),
+                 "adasum_delta_step: " + std::to_string(params.size()) + " parameters but " +
+                     std::to_string(names.size()) + " names");
+  KOLO_CHECK_ARG(static_cast<bool>(local_step), "adasum_delta_step: local_step is empty");
   std::vector<at::Tensor> start;
   {
     at::NoGradGuard noGrad;
-    for (auto& p : st.params) {
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    for (const auto& p : params) {
+      KOLO_CHECK_ARG(p.defined(), "adasum_delta_step: an undefined parameter");
+      if (!p.grad().defined()) {
+        at::Tensor param = p;  // mutable_grad() is not const
+        param.mutable_grad() = at::zeros_like(p);
+      }
       start.push_back(p.detach().clone());
     }
   }
-  optimizer_->step(nullptr);
+  local_step();
   std::vector<TensorHandle> handles;
   std::vector<at::Tensor> deltas;
+  std::exception_ptr error;
   {
     at::NoGradGuard noGrad;
-    for (size_t i = 0; i < st.params.size(); ++i) {
-      at::Tensor delta = st.params[i].detach() - start[i];
-      if (delta.is_floating_point() && delta.scalar_type() != at::kHalf &&
-          delta.scalar_type() != at::kBFloat16) {
-        if (st.options.compression == Compression::kFP16) delta = delta.to(at::kHalf);
-        if (st.options.compression == Compression::kBF16) delta = delta.to(at::kBFloat16);
-      }
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor delta = params[i].detach() - start[i];
+      if (compress) delta = compress(i, delta);
+      delta = delta.contiguous();
       deltas.push_back(delta);
-      handles.push_back(st.ctx->allreduce_async_(delta, ReduceOp::kAdasum,
-                                                  st.options.name_prefix + st.names[i], 1.0,
-                                                  1.0, st.options.process_set));
+      try {
+        handles.push_back(ctx.allreduce_async_(delta, ReduceOp::kAdasum, names[i], 1.0, 1.0, set));
+      } catch (...) {
+        error = std::current_exception();
+        break;
+      }
     }
   }
-  std::exception_ptr error;
+  // Every submitted reduction ends before the deltas may go: the engine
+  // writes into them.
   for (auto& h : handles) {
     try {
       h.wait();
@@ -193,14 +200,42 @@ void DistributedOptimizer::adasumStep() {
       if (!error) error = std::current_exception();
     }
   }
-  if (!error) {
-    at::NoGradGuard noGrad;
-    for (size_t i = 0; i < st.params.size(); ++i) {
-      st.params[i].copy_(start[i] + deltas[i].to(start[i].scalar_type()));
-    }
+  at::NoGradGuard noGrad;
+  if (error) {
+    for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(start[i]);
+    std::rethrow_exception(error);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor change = decompress ? decompress(i, deltas[i]) : deltas[i];
+    params[i].detach().copy_(start[i] + change.to(start[i].scalar_type()));
+  }
+}
+
+// Adasum with the options' compression (a cast of float32 and float64 to
+// half or bfloat16, and back).
+void DistributedOptimizer::adasumStep() {
+  State& st = *state_;
+  const Compression compression = st.options.compression;
+  DeltaTransform compress;
+  if (compression != Compression::kNone) {
+    compress = [compression](size_t, const at::Tensor& delta) {
+      if (!delta.is_floating_point() || delta.scalar_type() == at::kHalf ||
+          delta.scalar_type() == at::kBFloat16) {
+        return delta;
+      }
+      return delta.to(compression == Compression::kFP16 ? at::kHalf : at::kBFloat16);
+    };
+  }
+  std::vector<std::string> names;
+  for (const auto& n : st.names) names.push_back(st.options.name_prefix + n);
+  try {
+    adasum_delta_step(st.params, names, [this] { optimizer_->step(nullptr); }, compress, nullptr,
+                      st.options.process_set, *st.ctx);
+  } catch (...) {
+    st.reducer->clear_passes();
+    throw;
   }
   st.reducer->clear_passes();
-  if (error) std::rethrow_exception(error);
 }
 
 at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {

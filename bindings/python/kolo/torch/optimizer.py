@@ -337,33 +337,29 @@ class _DistributedMixin:
         Adasum, and the parameter becomes its value before the step plus that
         combination. Parameters without a gradient step on zeros, so every
         rank submits every parameter. torch's step hooks run once, around
-        all of it (see DistributedOptimizer)."""
-        with torch.no_grad():
-            for p in self._kolo_params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-            start = [p.detach().clone() for p in self._kolo_params]
-        self._kolo_local_step()
-        inflight = []
-        with torch.no_grad():
-            for p, p0 in zip(self._kolo_params, start):
-                delta, cctx = self._kolo_compression.compress(p.detach() - p0)
-                delta = delta.contiguous()
-                handle = _kolo_torch.allreduce_async(delta, Adasum, self._kolo_names[p], 1.0, 1.0,
-                                                     True, self._kolo_set)
-                inflight.append((handle, cctx, delta))
-        error = None
-        for p, p0, (handle, cctx, _) in zip(self._kolo_params, start, inflight):
-            try:
-                delta = handle.wait()
-            except Exception as e:  # wait for the rest: the engine writes into them
-                error = error or e
-                continue
-            with torch.no_grad():
-                p.copy_(p0 + self._kolo_compression.decompress(delta, cctx))
-        self._kolo_restart_passes()
-        if error is not None:
-            raise error
+        all of it (see DistributedOptimizer).
+
+        The step itself is kolo::torch::adasum_delta_step, the C++
+        optimizer's; this passes it the names and the compressor's compress
+        and decompress (none for Compression.none). A failed reduction
+        leaves every parameter as it was before the step."""
+        compression = self._kolo_compression
+        compress = decompress = None
+        if compression is not Compression.none:
+            contexts = {}
+
+            def compress(i, delta):
+                sent, contexts[i] = compression.compress(delta)
+                return sent
+
+            def decompress(i, reduced):
+                return compression.decompress(reduced, contexts[i])
+        try:
+            _kolo_torch.adasum_delta_step(
+                self._kolo_params, [self._kolo_names[p] for p in self._kolo_params],
+                self._kolo_local_step, compress, decompress, self._kolo_set)
+        finally:
+            self._kolo_restart_passes()
 
     def step(self, closure=None):
         loss = None

@@ -1,10 +1,13 @@
-// GradientReducer (kolo/torch/reducer.h) for kolo.torch.DistributedOptimizer:
-// the gradient hooks, buckets and waits run in C++; the Python optimizer keeps
-// Horovod's API on top (kolo/torch/optimizer.py).
+// GradientReducer (kolo/torch/reducer.h) and the Adasum delta step
+// (kolo/torch/optimizer.h) for kolo.torch.DistributedOptimizer: the gradient
+// hooks, buckets and waits run in C++; the Python optimizer keeps Horovod's
+// API on top (kolo/torch/optimizer.py).
 //
-// GIL: synchronize, reset_step and the destructor wait on the engine and run
-// without it. The hooks run inside backward, which PyTorch runs without the
-// GIL; only an error in a hook takes it, to raise Horovod's AssertionError.
+// GIL: synchronize, reset_step, adasum_delta_step and the destructor wait on
+// the engine and run without it. The hooks run inside backward, which
+// PyTorch runs without the GIL; only an error in a hook takes it, to raise
+// Horovod's AssertionError. adasum_delta_step takes it to call back into
+// Python (the local step, a compressor).
 #include <torch/csrc/Exceptions.h>
 
 #include <memory>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "kolo/torch/optimizer.h"
 #include "kolo/torch/reducer.h"
 
 namespace kolo::python {
@@ -95,6 +99,36 @@ void bindReducer(py::module_& m) {
            "Member parameter names of each bucket, in submission order.")
       .def("requests", &kt::GradientReducer::requests,
            "Engine requests (buckets, sparse allgathers) enqueued so far.");
+
+  m.def(
+      "adasum_delta_step",
+      [](const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
+         const py::function& local_step, const py::object& compress,
+         const py::object& decompress, int set) {
+        // The callables stay owned by this frame; the functions below only
+        // call them, with the GIL.
+        auto step = [&local_step] {
+          py::gil_scoped_acquire gil;
+          local_step();
+        };
+        auto through = [](const py::object& f) -> kt::DeltaTransform {
+          if (f.is_none()) return nullptr;
+          return [&f](size_t index, const at::Tensor& tensor) {
+            py::gil_scoped_acquire gil;
+            return f(index, tensor).cast<at::Tensor>();
+          };
+        };
+        const kt::DeltaTransform c = through(compress);
+        const kt::DeltaTransform d = through(decompress);
+        py::gil_scoped_release release;
+        kt::adasum_delta_step(params, names, step, c, d, kt::ProcessSet(set),
+                              kt::default_context());
+      },
+      py::arg("params"), py::arg("names"), py::arg("local_step"), py::arg("compress"),
+      py::arg("decompress"), py::arg("process_set"),
+      "Horovod's Adasum delta step (kolo::torch::adasum_delta_step): local_step() "
+      "updates params, compress(i, delta) and decompress(i, reduced) (None: as they "
+      "are) carry each change through the Adasum reduction.");
 }
 
 }  // namespace kolo::python

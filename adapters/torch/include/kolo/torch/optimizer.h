@@ -6,7 +6,9 @@
 
 #include <torch/torch.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -166,5 +168,29 @@ class DistributedOptimizer {
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;
   std::shared_ptr<State> state_;
 };
+
+/// One tensor of adasum_delta_step in, another out: index is the
+/// parameter's position in params. An empty function passes the tensor on.
+using DeltaTransform = std::function<at::Tensor(size_t index, const at::Tensor& tensor)>;
+
+/// Horovod's Adasum delta step, the one DistributedOptimizer takes with op
+/// Adasum (kolo.torch's Python optimizer takes this one too):
+///   1. a parameter without a gradient gets zeros, so every rank submits
+///      every parameter;
+///   2. local_step() updates the parameters (the wrapped optimizer's step);
+///   3. each parameter's change goes through compress, is reduced in place
+///      with Adasum over set under names[i], and comes back through
+///      decompress;
+///   4. each parameter becomes its value before the step plus that result.
+/// Every rank of set calls it with the same names, in the same order. If a
+/// reduction fails, every parameter gets its value before the step back and
+/// the first failure is thrown, after all the reductions ended. An
+/// exception from local_step() or a transform is thrown as it is, with the
+/// parameters as that left them. ctx must be initialized.
+void adasum_delta_step(const std::vector<at::Tensor>& params,
+                       const std::vector<std::string>& names,
+                       const std::function<void()>& local_step, const DeltaTransform& compress,
+                       const DeltaTransform& decompress, ProcessSet set,
+                       Context& ctx = default_context());
 
 }  // namespace kolo::torch
