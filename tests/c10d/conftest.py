@@ -35,6 +35,18 @@ def size():
     return dist.get_world_size()
 
 
+def thread_names():
+    """This process's threads by name (kolo names its own: "kolo-loop", ...)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # the thread ended meanwhile
+    return names
+
+
 def contribution(rank, dtype, shape=(3, 4), seed=0):
     """Rank rank's tensor: small integers, exact in every dtype and under
     every reduction (products stay small)."""

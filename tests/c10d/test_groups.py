@@ -4,13 +4,12 @@ thread, ops of two groups issued in opposite orders complete, groups made by
 their members alone work, and send/recv (from a named rank or from any
 source) go through the core's point-to-point messages, as gloo's do.
 """
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import GLOO, KOLO, TIMEOUT, TORCH2
+from conftest import GLOO, KOLO, TIMEOUT, TORCH2, thread_names
 
 
 def check(got, expected, what):
@@ -18,27 +17,15 @@ def check(got, expected, what):
         "%s: got %s, expected %s" % (what, got, expected)
 
 
-def _threads():
-    """This process's threads by name (kolo names its own: "kolo-loop", ...)."""
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open("/proc/self/task/%s/comm" % tid) as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # the thread ended meanwhile
-    return names
-
-
 def test_eight_groups_add_no_loop_thread(rank, size):
     dist.barrier(group=KOLO)
-    before = _threads()
+    before = thread_names()
     groups = [dist.new_group(backend="kolo", timeout=TIMEOUT) for _ in range(8)]
     for i, g in enumerate(groups):
         t = torch.full((2,), float(rank + i))
         dist.all_reduce(t, group=g)
         check(t, torch.full((2,), float(sum(range(size)) + i * size)), "all_reduce in group %d" % i)
-    after = _threads()
+    after = thread_names()
     loops = (before.count("kolo-loop"), after.count("kolo-loop"))
     assert loops[0] >= 1 and loops[1] == loops[0], \
         "kolo-loop threads before and after eight groups: %s (%s)" % (loops, sorted(after))

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import GLOO, KOLO, TORCH2
+from conftest import GLOO, KOLO, TORCH2, thread_names
 
 
 def outcome(fn):
@@ -144,12 +144,17 @@ def test_ranks_making_different_calls_fail_at_that_call_naming_both(case, rank, 
 def test_a_call_one_rank_never_makes_is_named_then_fails_everywhere(rank, size, capfd):
     """Rank size-1 skips an all_reduce. Within KOLO_STALL_CHECK_TIME every
     rank logs the call and the missing rank; at the group's timeout every
-    waiting rank's call fails with the same facts; nobody hangs."""
+    waiting rank's call fails with the same facts; nobody hangs. The group's
+    timeout is shorter than the default group's and its stall check time
+    another: both are its own, on the process's one engine (no loop thread
+    more)."""
+    loops = thread_names().count("kolo-loop")
     os.environ["KOLO_STALL_CHECK_TIME"] = "1"
     try:
         group = dist.new_group(backend="kolo", timeout=datetime.timedelta(seconds=4))
     finally:
         del os.environ["KOLO_STALL_CHECK_TIME"]
+    assert thread_names().count("kolo-loop") == loops, "the group made an engine of its own"
     dist.all_reduce(torch.ones(1), group=group)  # #0, made by everyone
     skipper = size - 1
     began = time.monotonic()

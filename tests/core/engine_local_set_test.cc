@@ -217,8 +217,13 @@ TEST(LocalProcessSets, AStallEndsThatSetOnItsMembersAndTheEngineGoesOn) {
         }
         if (rank != 1) {
           EXPECT_FALSE(hasKey(engine, "s"));
+          // A later op on it is told why the set is gone.
           std::vector<float> v(1, 1.0f);
-          EXPECT_THROW(allreduce(engine, "after", v, id), InvalidArgument);
+          const std::string after = errorOf<Timeout>([&] { allreduce(engine, "after", v, id); });
+          EXPECT_NE(after.find("the set was ended by this stall: process set 's' (ranks 0,2): "
+                               "stalled for more than 0.6 s"),
+                    std::string::npos)
+              << after;
         }
         // The engine and set 0 go on, on every rank (rank 1 submits only
         // once the others are done: set 0's stalls end the job).
@@ -231,6 +236,46 @@ TEST(LocalProcessSets, AStallEndsThatSetOnItsMembersAndTheEngineGoesOn) {
       config);
   EXPECT_NE(errors[0].find("process set 's' (ranks 0,2)"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("'loss' missing on ranks [2]"), std::string::npos) << errors[0];
+}
+
+// A set's own limits (ProcessSetLimits): its stall ends at its own
+// shutdown time, named by its own setting, while the engine, whose stalls
+// never end, goes on; and bad limits are refused before the key is taken.
+TEST(LocalProcessSets, ASetsOwnLimitsEndItsStallsWhileTheEngineKeepsItsOwn) {
+  Config config = testConfig();
+  config.stallCheckTime = std::chrono::milliseconds(0);
+  config.stallShutdownTime = std::chrono::milliseconds(0);  // the engine's: never
+  std::vector<std::string> errors(2);
+  spawn(
+      2,
+      [&](int rank, Engine& engine) {
+        ProcessSetLimits bad;
+        bad.timeout = std::chrono::milliseconds(0);
+        EXPECT_NE(errorOf<InvalidArgument>([&] {
+                    engine.addLocalProcessSet("limited", {0, 1}, bad);
+                  }).find("the set's timeout must be positive"),
+                  std::string::npos);
+        ProcessSetLimits limits;
+        limits.timeout = std::chrono::seconds(5);
+        limits.stallCheckTime = std::chrono::milliseconds(100);
+        limits.stallShutdownTime = std::chrono::milliseconds(400);
+        limits.stallShutdownSetting = "the group's timeout";
+        const int id = engine.addLocalProcessSet("limited", {0, 1}, limits);  // the key is free
+        std::vector<float> v(2, 1.0f);
+        // Each rank submits a tensor the other never does.
+        errors[rank] = errorOf<Timeout>(
+            [&] { allreduce(engine, "only." + std::to_string(rank), v, id).wait(); });
+        EXPECT_TRUE(engine.failure().ok()) << engine.failure().message;
+        std::vector<float> all(1, 1.0f);
+        allreduce(engine, "all", all, 0).wait();
+        EXPECT_FLOAT_EQ(all[0], 2.0f);
+      },
+      config);
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("process set 'limited' (ranks 0,1)"), std::string::npos) << e;
+    EXPECT_NE(e.find("stalled for more than 0.4 s (the group's timeout)"), std::string::npos)
+        << e;
+  }
 }
 
 }  // namespace

@@ -258,7 +258,13 @@ void ProcessGroupKolo::start(std::shared_ptr<kolo::Store> store, const Identity*
                  "kolo process group: " + std::to_string(options_.globalRanks.size()) +
                      " global ranks for a group of " + std::to_string(getSize()));
   config_ = detail::groupConfig(options_);
-  const detail::GroupSettings settings{options_.timeout, config_.stallCheckTime};
+  // A group on the process's engine keeps its own timeout and stall times
+  // (groupConfig's), as a local set's limits.
+  kolo::ProcessSetLimits limits;
+  limits.timeout = config_.timeout;
+  limits.stallCheckTime = config_.stallCheckTime;
+  limits.stallShutdownTime = config_.stallShutdownTime;
+  limits.stallShutdownSetting = config_.stallShutdownSetting;
   // torch's default group is "0": it makes the process's engine, and every
   // other group joins that when it can.
   const bool defaultGroup = options_.groupName == "0";
@@ -268,7 +274,7 @@ void ProcessGroupKolo::start(std::shared_ptr<kolo::Store> store, const Identity*
       for (int r = 0; r < getSize(); ++r) ranks.push_back(r);
     }
     if (auto joined =
-            detail::joinProcessEngine("c10d/" + options_.groupName, ranks, getRank(), settings)) {
+            detail::joinProcessEngine("c10d/" + options_.groupName, ranks, getRank(), limits)) {
       engine_ = std::move(joined->engine);
       processSet_ = joined->processSet;
       localSet_ = joined->localSet;
@@ -288,7 +294,7 @@ void ProcessGroupKolo::start(std::shared_ptr<kolo::Store> store, const Identity*
   if (defaultGroup) {
     // The process's engine: later groups are sets of it, each with a range
     // of tags above this group's.
-    detail::setProcessEngine(engine_, settings);
+    detail::setProcessEngine(engine_);
     tagLimit_ = detail::kTagsPerGroup;
   }
 }

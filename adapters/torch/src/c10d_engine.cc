@@ -12,7 +12,6 @@ namespace {
 struct ProcessEngine {
   std::mutex mu;
   std::weak_ptr<kolo::Engine> engine;
-  GroupSettings settings{};
 };
 
 ProcessEngine& processEngine() {
@@ -34,28 +33,22 @@ int tagBaseFor(const std::string& key) {
 
 }  // namespace
 
-void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine, const GroupSettings& settings) {
+void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine) {
   ProcessEngine& p = processEngine();
   std::lock_guard<std::mutex> lock(p.mu);
   p.engine = engine;
-  p.settings = settings;
 }
 
 std::optional<GroupEngine> joinProcessEngine(const std::string& key,
                                              const std::vector<int64_t>& globalRanks, int groupRank,
-                                             const GroupSettings& settings) {
+                                             const kolo::ProcessSetLimits& limits) {
   std::shared_ptr<kolo::Engine> engine;
-  GroupSettings world{};
   {
     ProcessEngine& p = processEngine();
     std::lock_guard<std::mutex> lock(p.mu);
     engine = p.engine.lock();
-    world = p.settings;
   }
   if (!engine || !engine->failure().ok()) return std::nullopt;
-  if (settings.timeout < world.timeout || settings.stallCheckTime != world.stallCheckTime) {
-    return std::nullopt;
-  }
   if (groupRank < 0 || groupRank >= static_cast<int>(globalRanks.size())) return std::nullopt;
   std::vector<int> ranks;
   for (size_t i = 0; i < globalRanks.size(); ++i) {
@@ -65,7 +58,7 @@ std::optional<GroupEngine> joinProcessEngine(const std::string& key,
   }
   if (ranks[static_cast<size_t>(groupRank)] != engine->rank()) return std::nullopt;
   GroupEngine g;
-  g.processSet = engine->addLocalProcessSet(key, ranks);
+  g.processSet = engine->addLocalProcessSet(key, ranks, limits);
   g.engine = std::move(engine);
   g.localSet = true;
   g.engineRanks = std::move(ranks);

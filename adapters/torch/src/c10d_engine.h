@@ -3,7 +3,6 @@
 // group's own when it cannot share that one.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,28 +32,20 @@ struct GroupEngine {
   int tagLimit = 0;
 };
 
-// Settings a group's operations run under that the engine decides for all
-// of its sets.
-struct GroupSettings {
-  std::chrono::milliseconds timeout;         // the group's timeout
-  std::chrono::milliseconds stallCheckTime;  // KOLO_STALL_CHECK_TIME when it was made
-};
-
 // Makes engine the process's engine, the one later groups join
-// (joinProcessEngine), for as long as it lives: the default group's, made
-// with settings.
-void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine, const GroupSettings& settings);
+// (joinProcessEngine), for as long as it lives: the default group's.
+void setProcessEngine(const std::shared_ptr<kolo::Engine>& engine);
 
 // The group of globalRanks (ascending, the job's ranks in group order) in
 // which this process is groupRank, as a local process set keyed key of the
-// process's engine; blocks until every member of the group joined it.
-// Nothing (nullopt) when there is no process engine, when this process is
-// not globalRanks[groupRank] of it, when the ranks are not ascending, or
-// when the group's settings are stricter than the engine's (a shorter
-// timeout, another stall check time): the engine stalls and times out all
-// of its sets alike, so such a group needs an engine of its own.
+// process's engine, with the group's own timeout and stall times (limits);
+// blocks until every member of the group joined it. Nothing (nullopt) when
+// there is no process engine (or it failed), when this process is not
+// globalRanks[groupRank] of it, or when the ranks are not ascending: a set's
+// ranks are in the engine's order, so such a group needs an engine of its
+// own.
 std::optional<GroupEngine> joinProcessEngine(const std::string& key,
                                              const std::vector<int64_t>& globalRanks, int groupRank,
-                                             const GroupSettings& settings);
+                                             const kolo::ProcessSetLimits& limits);
 
 }  // namespace kolo::torch::detail

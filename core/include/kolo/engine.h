@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,24 @@ struct Entry {
 void* outputAllocationStream();
 
 struct HandleState;
+
+/// A local process set's own limits (Engine::addLocalProcessSet), where
+/// they differ from the engine's Config; a field left unset takes the
+/// engine's. Every member gives the same limits: the set's rank 0 decides
+/// when its stalls are reported and ended.
+struct ProcessSetLimits {
+  /// How long the set's members wait for each other: to connect, and in
+  /// its transports (Config::timeout).
+  std::optional<std::chrono::milliseconds> timeout;
+  /// When a stall in the set is reported (Config::stallCheckTime; 0: never).
+  std::optional<std::chrono::milliseconds> stallCheckTime;
+  /// When a stall ends the set's operations (Config::stallShutdownTime; 0:
+  /// never).
+  std::optional<std::chrono::milliseconds> stallShutdownTime;
+  /// The setting that error names (Config::stallShutdownSetting); empty:
+  /// the engine's.
+  std::string stallShutdownSetting;
+};
 
 /// A process set as this rank sees it: which ranks belong to it and where
 /// this rank sits in it.
@@ -355,8 +374,11 @@ class Engine {
   /// for one key. A stall that Config::stallShutdownTime ends (an operation some members never
   /// submit) fails that set's operations and removes the set on every
   /// member, with an error naming its members; the engine and its other
-  /// sets go on. Any thread but the engine's own (not from a callback).
-  int addLocalProcessSet(const std::string& key, std::vector<int> ranks);
+  /// sets go on. limits: the set's own timeout and stall times, where they
+  /// differ from the engine's (a torch.distributed group's timeout). Any
+  /// thread but the engine's own (not from a callback).
+  int addLocalProcessSet(const std::string& key, std::vector<int> ranks,
+                         const ProcessSetLimits& limits = {});
   /// Removes a local set (id from addLocalProcessSet); its pending
   /// operations fail. Called by every member of the set, each with its own
   /// id for it; blocks until all of them did. Throws InvalidArgument for an

@@ -359,7 +359,31 @@ int Engine::addProcessSet(std::vector<int> ranks) {
   return state->processSetId;
 }
 
-int Engine::addLocalProcessSet(const std::string& key, std::vector<int> ranks) {
+namespace {
+
+// The engine's config with a local set's own limits.
+Config withLimits(Config config, const ProcessSetLimits& limits) {
+  if (limits.timeout) {
+    KOLO_CHECK_ARG(limits.timeout->count() > 0,
+                   "add_local_process_set: the set's timeout must be positive, got " +
+                       std::to_string(limits.timeout->count()) + " ms");
+    config.timeout = *limits.timeout;
+  }
+  for (const auto* t : {&limits.stallCheckTime, &limits.stallShutdownTime}) {
+    KOLO_CHECK_ARG(!*t || (*t)->count() >= 0,
+                   "add_local_process_set: the set's stall times must be 0 (never) or more, "
+                   "got " + std::to_string((*t)->count()) + " ms");
+  }
+  if (limits.stallCheckTime) config.stallCheckTime = *limits.stallCheckTime;
+  if (limits.stallShutdownTime) config.stallShutdownTime = *limits.stallShutdownTime;
+  if (!limits.stallShutdownSetting.empty()) config.stallShutdownSetting = limits.stallShutdownSetting;
+  return config;
+}
+
+}  // namespace
+
+int Engine::addLocalProcessSet(const std::string& key, std::vector<int> ranks,
+                               const ProcessSetLimits& limits) {
   KOLO_CHECK_ARG(!key.empty(),
                  "add_local_process_set: the key is empty; give the set a name "
                  "that its members share and no other set of the job has");
@@ -371,6 +395,7 @@ int Engine::addLocalProcessSet(const std::string& key, std::vector<int> ranks) {
   KOLO_CHECK_ARG(!impl_->runningCyclesHere(),
                  "add_local_process_set: called from a completion callback; call it from "
                  "another thread");
+  const Config config = withLimits(impl_->config, limits);
   {
     std::lock_guard<std::mutex> lock(impl_->localMu);
     KOLO_CHECK_ARG(impl_->localKeys.insert(key).second,
@@ -383,7 +408,10 @@ int Engine::addLocalProcessSet(const std::string& key, std::vector<int> ranks) {
   // only they submit, installs the set on each of them at one point.
   std::unique_ptr<ProcessSetState> set;
   try {
-    set = connectProcessSet(impl_->processSetContext(), id, ranks, key);
+    Impl& e = *impl_;
+    const ProcessSetContext ctx{config,  e.identity, e.store,   e.localAddress,
+                                e.hosts, e.tunables, e.gpuDevices};
+    set = connectProcessSet(ctx, id, ranks, key);
   } catch (const Timeout& e) {
     throw Timeout(std::string(e.what()) + " (add_local_process_set: every member of " + label +
                   " must call it with the same key and ranks)");

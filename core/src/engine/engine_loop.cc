@@ -90,11 +90,13 @@ void Engine::Impl::routeOnLoop(std::vector<PendingOp>& ops, bool globalOnly) {
       it->second->fresh.push_back(std::move(op));
       continue;
     }
-    // Removed after this op was queued (the caller checked it existed).
-    failUnroutedOnLoop(op, Status{ErrorCode::kInvalidArgument,
-                                  "'" + op.msg.request.name + "': process set " +
-                                      std::to_string(id) +
-                                      " was removed before this operation ran"});
+    // Removed after this op was queued (the caller checked it existed), or
+    // ended by a stall meanwhile (then the op fails as the set's did).
+    const std::string what = "'" + op.msg.request.name + "'";
+    failUnroutedOnLoop(op, table.endedBy(id, what)
+                               .value_or(Status{ErrorCode::kInvalidArgument,
+                                                what + ": process set " + std::to_string(id) +
+                                                    " was removed before this operation ran"}));
   }
   ops.erase(globalOnly ? rest : ops.begin(), ops.end());
 }

@@ -72,7 +72,7 @@ bool Engine::Impl::stallRoundOnLoop(ProcessSetState& set) {
     // (its cycle's caller removes it); the engine and its other sets go on.
     // Gone from the table first: a caller that sees its op fail finds the
     // set gone too.
-    table.remove(set.id);
+    table.end(set.id, status);
     failSetOnLoop(set, status);
     set.ended = true;
     return true;

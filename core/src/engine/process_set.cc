@@ -65,6 +65,26 @@ void ProcessSetTable::remove(int id) {
   sets_.erase(id);
 }
 
+void ProcessSetTable::end(int id, Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.erase(id);
+  ended_[id] = std::move(why);
+}
+
+std::optional<Status> ProcessSetTable::endedBy(int id, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endedLocked(id, what);
+}
+
+std::optional<Status> ProcessSetTable::endedLocked(int id, const std::string& what) const {
+  auto ended = ended_.find(id);
+  if (ended == ended_.end()) return std::nullopt;
+  // Local ids are never reused: this is the set the stall ended.
+  Status why = ended->second;
+  why.message = what + ": the set was ended by this stall: " + why.message;
+  return why;
+}
+
 ProcessSetInfo ProcessSetTable::infoLocked(int id, const Entry& e) const {
   ProcessSetInfo info;
   info.id = id;
@@ -112,6 +132,7 @@ ProcessSetInfo ProcessSetTable::memberOf(int id, const std::string& what) const 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(id);
   if (it == sets_.end()) {
+    if (auto why = endedLocked(id, what)) why->throwIfError();
     throw InvalidArgument(what + ": process set " + std::to_string(id) +
                           " does not exist (never added, or removed)");
   }
@@ -147,8 +168,9 @@ void ProcessSetTable::setJoined(int id, bool joined) {
 // ---- ProcessSetState ------------------------------------------------------------
 
 ProcessSetState::ProcessSetState(int id_, std::vector<int> ranks_, Identity identity_,
-                                 const Config& config, std::string key_)
-    : id(id_),
+                                 Config config_, std::string key_)
+    : config(std::move(config_)),
+      id(id_),
       ranks(std::move(ranks_)),
       identity(identity_),
       key(std::move(key_)),
@@ -183,24 +205,24 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     worldRanks = ranks;
   }
   auto set = std::make_unique<ProcessSetState>(id, std::move(ranks), identity, ctx.config, key);
-  comm::BackendArgs controlArgs{ctx.config, set->identity,
+  const Config& config = set->config;  // lives as long as the set
+  comm::BackendArgs controlArgs{config, set->identity,
                                 std::make_shared<PrefixStore>("control/", store),
                                 ctx.localAddress, worldRanks};
-  comm::BackendArgs dataArgs{ctx.config, set->identity,
+  comm::BackendArgs dataArgs{config, set->identity,
                              std::make_shared<PrefixStore>("data/", store), ctx.localAddress,
                              worldRanks};
   try {
     set->controller = std::make_unique<Controller>(
-        ctx.config, set->identity, comm::createControlPlane(controlArgs),
-        set->cache, set->stats, ctx.tunables, messageRanks(id, set->ranks, ctx.config),
-        set->label);
+        config, set->identity, comm::createControlPlane(controlArgs), set->cache, set->stats,
+        ctx.tunables, messageRanks(id, set->ranks, config), set->label);
     // Every set (set 0 included) chooses its CPU planes by where its own
     // ranks run: shared memory on one host, hierarchical across uniform
     // hosts. The GPU data plane connects at the set's first CUDA response,
     // under "gpu/" beside the CPU data plane's keys.
     GpuPath::Factory gpu;
     if (ctx.gpuDevices) {
-      gpu = [&config = ctx.config, &identity = set->identity, dataArgs,
+      gpu = [&config, &identity = set->identity, dataArgs,
              controller = set->controller.get(), devices = ctx.gpuDevices] {
         comm::BackendArgs args{config, identity, dataArgs.store, dataArgs.localAddress,
                                dataArgs.worldRanks};

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,6 +44,12 @@ class ProcessSetTable {
   // key: a local set's (Engine::addLocalProcessSet); empty for the others.
   void add(int id, std::vector<int> ranks, std::string key = "");
   void remove(int id);
+  // Removes a local set that a stall ended; memberOf(id) then throws why
+  // (its Timeout), not that the set does not exist.
+  void end(int id, Status why);
+  // For an op named `what` of a set that end() removed: the stall's status,
+  // naming the op; nullopt for any other set.
+  std::optional<Status> endedBy(int id, const std::string& what) const;
 
   // InvalidArgument for unknown ids.
   ProcessSetInfo info(int id) const;
@@ -69,10 +76,12 @@ class ProcessSetTable {
     std::string key;  // local sets only
   };
   ProcessSetInfo infoLocked(int id, const Entry& e) const;
+  std::optional<Status> endedLocked(int id, const std::string& what) const;
 
   const int rank_;
   mutable std::mutex mu_;
   std::map<int, Entry> sets_;
+  std::map<int, Status> ended_;  // end(): why each ended set ended
 };
 
 using PendingMap = std::unordered_map<std::string, PendingOp>;
@@ -82,6 +91,9 @@ using PendingMap = std::unordered_map<std::string, PendingOp>;
 // inspector, join state), its data plane (executor) and its pending
 // operations. Built by connectProcessSet; loop thread only afterwards.
 struct ProcessSetState {
+  // The engine's Config with the set's own limits (a local set's
+  // ProcessSetLimits): its controller, planes and stall inspector read this.
+  Config config;
   int id = 0;
   std::vector<int> ranks;  // job ranks, ascending
   Identity identity;       // this rank's place in the set
@@ -106,7 +118,7 @@ struct ProcessSetState {
   std::vector<int> evictedThisCycle;
   std::vector<bool> joined;  // by set rank: joined since the set's last join completed
 
-  ProcessSetState(int id, std::vector<int> ranks, Identity identity, const Config& config,
+  ProcessSetState(int id, std::vector<int> ranks, Identity identity, Config config,
                   std::string key = "");
 
   // "op 'name'" errors of this set start with the label.
@@ -144,6 +156,7 @@ Identity processSetIdentity(const Identity& job, const std::vector<int>& ranks,
 // every member calls this at the same point (set 0 and static sets in the
 // Engine constructor, added sets when set 0's response adds them). Blocks
 // until every member is connected (Timeout after config.timeout).
+// limits: a local set's own (ProcessSetLimits); the others take ctx.config.
 // A local set (key not empty) connects under its key instead of its id, on
 // a caller's thread while the loop runs (Engine::addLocalProcessSet).
 std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx, int id,

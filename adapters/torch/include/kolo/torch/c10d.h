@@ -83,11 +83,10 @@ struct ProcessGroupKoloOptions {
 /// set of that engine (Engine::addLocalProcessSet, keyed "c10d/<group
 /// name>"), made by the group's members alone, so one loop thread runs every
 /// group and all of a process's work is issued in one order its peers agree
-/// on. A group that cannot share it makes an engine of its own, as every
-/// group did before: one whose timeout is shorter than the default group's
-/// or that was made under another KOLO_STALL_CHECK_TIME (the engine stalls
-/// and times out all its sets alike), one whose ranks are not ascending, and
-/// any group made while the default group is not kolo's.
+/// on; each keeps its own timeout and stall times (kolo::ProcessSetLimits).
+/// A group that cannot share it makes an engine of its own, as every group
+/// did before: one whose ranks are not ascending, and any group made while
+/// the default group is not kolo's.
 ///
 /// Calls are named by the group and their place in it ("process group 0
 /// #54"): every rank must make the same calls in the same order, as c10d
