@@ -2,10 +2,13 @@
 process: latency per size, and the host cost of an asynchronous call.
 
     kolorun -np 2 python3 benchmarks/c10d/allreduce.py [--sizes 4,65536,1048576,16777216]
-        [--rounds 5] [--seconds 0.3] [--host-calls 2000] [--csv FILE]
+        [--rounds 5] [--seconds 0.3] [--host-calls 2000] [--kolo-group default|new]
+        [--csv FILE]
 
 Both groups hold the same ranks: the default group is kolo's, the reference
-a gloo group (new_group(backend="gloo")). Every round times each size on
+a gloo group (new_group(backend="gloo")). The kolo group timed is the
+default group, or with --kolo-group new a new_group(backend="kolo") of the
+same ranks (a process set of the default group's engine). Every round times each size on
 both, in an order that alternates between rounds, for about --seconds each;
 a rank's figure is the median of its calls, the job's the mean over ranks,
 and the printed ratio kolo/gloo is the median over rounds of each round's
@@ -73,12 +76,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.3, help="per size, method and round")
     parser.add_argument("--host-calls", type=int, default=2000)
+    parser.add_argument("--kolo-group", choices=["default", "new"], default="default",
+                        help="the kolo group timed: the default group, or a new_group")
     parser.add_argument("--csv", default="")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     dist.init_process_group("kolo")
     groups = {"kolo": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    if args.kolo_group == "new":
+        groups["kolo"] = dist.new_group(backend="kolo")
     rank, size = dist.get_rank(), dist.get_world_size()
     sizes = [int(s) for s in args.sizes.split(",")]
     debug = os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF")
@@ -113,8 +120,8 @@ def main():
                                  mean_over_ranks(cpu, groups["gloo"])))
 
     if rank == 0:
-        print("dist.all_reduce, float32 sum, %d ranks, %d rounds, TORCH_DISTRIBUTED_DEBUG=%s"
-              % (size, args.rounds, debug))
+        print("dist.all_reduce, float32 sum, %d ranks, %d rounds, kolo group: %s, "
+              "TORCH_DISTRIBUTED_DEBUG=%s" % (size, args.rounds, args.kolo_group, debug))
         print("%10s %12s %12s %10s %s" % ("bytes", "gloo us", "kolo us", "kolo/gloo",
                                           "(ratio per round)"))
         rows = []
