@@ -20,6 +20,7 @@ struct DistributedOptimizer::State {
   bool member = true;  // of options.process_set; false: local steps only
   std::vector<std::string> names;  // trainable parameters, in optimizer order
   std::vector<at::Tensor> params;
+  std::vector<std::string> adasumNames;  // name_prefix + names, made at the first Adasum step
   std::unique_ptr<GradientReducer> reducer;
   mutable std::mutex mu;
   bool skip = false;
@@ -226,10 +227,11 @@ void DistributedOptimizer::adasumStep() {
       return delta.to(compression == Compression::kFP16 ? at::kHalf : at::kBFloat16);
     };
   }
-  std::vector<std::string> names;
-  for (const auto& n : st.names) names.push_back(st.options.name_prefix + n);
+  if (st.adasumNames.empty()) {
+    for (const auto& n : st.names) st.adasumNames.push_back(st.options.name_prefix + n);
+  }
   try {
-    adasum_delta_step(st.params, names, [this] { optimizer_->step(nullptr); }, compress, nullptr,
+    adasum_delta_step(st.params, st.adasumNames, [this] { optimizer_->step(nullptr); }, compress, nullptr,
                       st.options.process_set, *st.ctx);
   } catch (...) {
     st.reducer->clear_passes();

@@ -222,7 +222,7 @@ std::unique_ptr<ProcessSetState> connectProcessSet(const ProcessSetContext& ctx,
     // under "gpu/" beside the CPU data plane's keys.
     GpuPath::Factory gpu;
     if (ctx.gpuDevices) {
-      gpu = [&config, &identity = set->identity, dataArgs,
+      gpu = [&config = set->config, &identity = set->identity, dataArgs,
              controller = set->controller.get(), devices = ctx.gpuDevices] {
         comm::BackendArgs args{config, identity, dataArgs.store, dataArgs.localAddress,
                                dataArgs.worldRanks};
