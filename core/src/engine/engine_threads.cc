@@ -87,12 +87,13 @@ void Engine::Impl::cyclesOnLoop() {
     if (!driven) {
       queue.waitForWork(deadline, lastWork + spinTime, [this] { flushGpuSignalsBeforeSleep(); });
     } else if (gateBusy || !queue.hasWork()) {  // a held gate: never retry without a wait
-      flushGpuSignalsBeforeSleep();
       // A held gate: its holder runs the cycles, so only the back-off
       // bounds this wait; otherwise an idle cycle may be due first.
       const int shift = std::min(quietWaits, 4);
-      auto until = std::chrono::steady_clock::now() + cycleTime * (1 << shift);
+      const auto now = std::chrono::steady_clock::now();
+      auto until = now + cycleTime * (1 << shift);
       if (!gateBusy) until = std::min(until, deadline);
+      if (until > now) flushGpuSignalsBeforeSleep();  // none for a cycle that is due now
       const bool woken = queue.waitForWake(until, shift > 0);
       quietWaits = woken || queue.hasWork() ? 0 : quietWaits + 1;
       if (!woken && !queue.hasWork() && std::chrono::steady_clock::now() < deadline) {

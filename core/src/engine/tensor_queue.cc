@@ -80,7 +80,13 @@ void TensorQueue::waitForWork(std::chrono::steady_clock::time_point deadline,
     detail::spinUntil(std::min(spinUntil, deadline),
                       [&] { return ready_.load(std::memory_order_acquire); });
   }
-  if (beforeSleep && !ready_.load(std::memory_order_acquire)) beforeSleep();
+  // Only before a sleep: a spin that ran into the deadline goes straight
+  // on to the next cycle, where the loop looks again (a GPU fence flushed
+  // here would place a host function a spinning waiter had made needless).
+  if (beforeSleep && !ready_.load(std::memory_order_acquire) &&
+      std::chrono::steady_clock::now() < deadline) {
+    beforeSleep();
+  }
   std::unique_lock<std::mutex> lock(mu_);
   sleeping_ = true;
   cv_.wait_until(lock, deadline, [&] { return !queue_.empty() || woken_; });

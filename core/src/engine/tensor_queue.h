@@ -39,8 +39,9 @@ class TensorQueue {
 
   // Loop thread. Returns when work is queued, wake() was called or deadline
   // passed. Until spinUntil (when earlier than deadline) it polls without
-  // blocking (engine/spin.h); after that it calls beforeSleep (when set and
-  // nothing is queued yet) and sleeps.
+  // blocking (engine/spin.h); after that, when the deadline is still
+  // ahead, it calls beforeSleep (when set and nothing is queued yet) and
+  // sleeps.
   void waitForWork(std::chrono::steady_clock::time_point deadline,
                    std::chrono::steady_clock::time_point spinUntil = {},
                    const std::function<void()>& beforeSleep = {});
