@@ -10,7 +10,11 @@ measured in the same process in the same round.
 
   python3 benchmarks/host_cost/host_cost.py [--rounds 5] [--steps 10] [--blocks 20]
       [--sizes 1,2] [--langs py,cpp] [--build [NAME=]build/default ...]
-      [--csv benchmarks/results/host_cost.csv]
+      [--compression python] [--csv benchmarks/results/host_cost.csv]
+
+--compression python gives Python's kolo optimizer a compressor written in
+Python (the identity, but not one of the built-in ones), which kolo's hooks
+call for every gradient, each then reduced on its own.
 
 A build directory holds benchmarks/bench_host_cost, launcher/kolorun and
 python/ (the kolo package); its CMakeCache names the Python interpreter.
@@ -58,6 +62,24 @@ def make_model(torch):
     return Tiny()
 
 
+def compression(hvd, which):
+    """The compressor of --compression: built-in none, or one in Python."""
+    if which == "none":
+        return hvd.Compression.none
+
+    class Identity(hvd.Compression.none):
+        """Written in Python: not one of kolo's built-in compressions."""
+
+        @staticmethod
+        def compress(tensor):
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tensor
+    return Identity
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -80,7 +102,8 @@ def worker(args):
             model = torch.nn.parallel.DistributedDataParallel(model)
             base = torch.optim.SGD(model.parameters(), lr=1e-3)
         elif mode == "kolo":
-            base = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+            base = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+                                            compression=compression(hvd, args.compression))
         models[mode], opts[mode] = model, base
 
     def run(mode, steps):
@@ -161,6 +184,8 @@ def main():
                          "(e.g. before=DIR1 --build after=DIR2) to compare them round by round")
     ap.add_argument("--python", default="", help="default: the build's KOLO_PYTHON_EXECUTABLE")
     ap.add_argument("--csv", default="")
+    ap.add_argument("--compression", choices=["none", "python"], default="none",
+                    help="Python's kolo optimizer: built-in none, or a compressor in Python")
     args = ap.parse_args()
     args.modes = args.modes.split(",")
     if args.worker:
@@ -190,7 +215,7 @@ def main():
                         cmd = [args.python or cached_python(bdir), os.path.abspath(__file__),
                                "--worker", "--modes", ",".join(args.modes),
                                "--steps", str(args.steps), "--warmup", str(args.warmup),
-                               "--blocks", str(args.blocks)]
+                               "--blocks", str(args.blocks), "--compression", args.compression]
                     else:
                         cmd = [os.path.join(bdir, "benchmarks/bench_host_cost"),
                                "--steps", str(args.steps), "--warmup", str(args.warmup),

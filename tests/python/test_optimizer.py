@@ -320,7 +320,7 @@ def test_a_number_of_groups_splits_as_horovod_does(compression):
         from kolo.torch.compression import NoneCompressor
 
         class Identity(NoneCompressor):
-            """Not one of the built-in compressions: the Python fallback reduces."""
+            """Not one of the built-in compressions: the reducer calls it."""
 
         kwargs["compression"] = Identity
     model = make()

@@ -18,7 +18,7 @@ HOOKS = hasattr(torch.optim.Optimizer, "register_step_pre_hook")
 
 
 class HalfCompressor(Compressor):
-    """Written in Python: the optimizer reduces through its Python fallback."""
+    """Written in Python: the C++ reducer calls it from its hooks."""
 
     @staticmethod
     def compress(tensor):
@@ -33,7 +33,7 @@ CASES = {
     "average": dict(),
     "passes_2": dict(backward_passes_per_step=2),
     "adasum": dict(op=hvd.Adasum),
-    "python_fallback": dict(compression=HalfCompressor),
+    "python_compressor": dict(compression=HalfCompressor),
 }
 
 

@@ -1,7 +1,7 @@
 """kolo.torch.DistributedOptimizer on the C++ GradientReducer: one request per
 bucket (seen in the timeline), gradients reduced in place, results equal to
-the average of plain PyTorch gradients (bitwise on one rank), and the Python
-fallback for a custom compressor."""
+the average of plain PyTorch gradients (bitwise on one rank), also with a
+custom compressor written in Python, which that reducer calls."""
 import json
 import os
 import resource
@@ -138,7 +138,7 @@ def test_buckets_live_in_the_arena_the_peers_map():
 
 
 class ScaleCompressor(Compressor):
-    """A compressor written in Python: the optimizer falls back to Python hooks."""
+    """A compressor written in Python: the C++ reducer calls it."""
 
     @staticmethod
     def compress(tensor):
@@ -149,18 +149,64 @@ class ScaleCompressor(Compressor):
         return tensor / 2.0
 
 
-def test_custom_compressor_uses_the_python_fallback():
+def test_custom_compressor_goes_through_the_cpp_reducer_one_parameter_at_a_time():
     model = make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
                                    named_parameters=model.named_parameters(),
                                    compression=ScaleCompressor)
-    assert opt._kolo_reducer is None
+    reducer = opt._kolo_reducer
+    # As Horovod does: what travels is known only once compress() ran.
+    assert sorted(reducer.buckets()) == sorted([name] for name, _ in model.named_parameters())
     opt.zero_grad()
+    before = reducer.requests()
     loss_fn(model, batch(0, hvd.rank())).backward()
     assert opt._kolo_submitted() == 4
+    assert reducer.requests() - before == 4, "the hooks did not submit each gradient"
     opt.synchronize()
     for p, ref in zip(model.parameters(), average_of_plain_grads(0)):
         torch.testing.assert_close(p.grad, ref, rtol=1e-12, atol=1e-14)
+    with opt.skip_synchronize():
+        opt.step()
+
+
+class FlakyCompressor(Compressor):
+    """Sends float32 (a dtype of its own); its compress() raises while
+    `failing` is set."""
+    failing = False
+
+    @staticmethod
+    def compress(tensor):
+        if FlakyCompressor.failing:
+            raise KeyError("the compressor gave up")
+        return tensor.float(), tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, dtype):
+        return tensor.to(dtype)
+
+
+def test_an_error_in_a_custom_compressor_is_raised_by_step_and_the_next_step_works():
+    """Raised inside backward (the C++ hook calls compress), the error comes
+    back from step() as the compressor's own exception; the step after it
+    reduces as before. Every rank's compressor fails, so nothing is left
+    waiting for a peer."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   compression=FlakyCompressor, groups=[list(model.parameters())])
+    FlakyCompressor.failing = True
+    try:
+        loss_fn(model, batch(0, hvd.rank())).backward()
+        with pytest.raises(KeyError, match="the compressor gave up"):
+            opt.step()
+    finally:
+        FlakyCompressor.failing = False
+    opt.zero_grad()
+    loss_fn(model, batch(1, hvd.rank())).backward()
+    opt.synchronize()
+    for p, ref in zip(model.parameters(), average_of_plain_grads(1)):
+        assert p.grad.dtype == torch.float64
+        torch.testing.assert_close(p.grad, ref, rtol=1e-6, atol=1e-7)
     with opt.skip_synchronize():
         opt.step()
 

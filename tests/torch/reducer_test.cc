@@ -6,6 +6,7 @@
 #include <kolo/torch.h>
 #include <kolo/torch/reducer.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -188,6 +189,102 @@ TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
       EXPECT_EQ(ps[i].grad().scalar_type(), torch::kFloat);
       EXPECT_TRUE(torch::allclose(ps[i].grad(), qs[i].grad() * 1.5, 2e-3, 2e-3)) << i;
     }
+  });
+}
+
+// A compressor kolo does not implement (compress, decompress): each
+// parameter travels alone, and a group as one grouped request, as what
+// compress made of it (here float64, scaled by 4), and comes back through
+// decompress; a gradient set to none is compressed as zeros. Each is called
+// once per parameter and step, with the parameter's index. Bad
+// combinations and a bad compressor are refused, naming what was wrong.
+TEST_F(TorchReducer, ACompressorKoloDoesNotKnowCarriesEachParameterAndGroup) {
+  spawn(2, [&](int rank, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    std::unique_lock<std::mutex> seeded(generatorLock());
+    torch::manual_seed(5);
+    auto net = std::make_shared<Mlp>();
+    auto plain = std::make_shared<Mlp>();
+    seeded.unlock();
+    {
+      torch::NoGradGuard noGrad;
+      auto src = net->parameters();
+      auto dst = plain->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    const at::Tensor x = torch::ones({2, 5});
+    plain->forward(x).sum().backward();
+    std::vector<size_t> compressed, decompressed;
+    kt::GradientReducerOptions o;
+    o.groups = {{0, 3}};  // fc1.weight with fc2.bias
+    o.compress = [&](size_t i, const at::Tensor& grad) {
+      compressed.push_back(i);
+      return grad.to(torch::kDouble) * 4;
+    };
+    o.decompress = [&](size_t i, const at::Tensor& reduced) {
+      decompressed.push_back(i);
+      EXPECT_EQ(reduced.scalar_type(), torch::kDouble);
+      return (reduced / 4).to(torch::kFloat);
+    };
+    kt::GradientReducer reducer(kt::to_named_tensors(net->named_parameters()), o, ctx);
+    EXPECT_EQ(reducer.buckets(), (std::vector<std::vector<std::string>>{
+                                     {"fc1.weight", "fc2.bias"}, {"fc2.weight"}, {"fc1.bias"}}));
+    for (int step = 0; step < 2; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad().reset();  // set_to_none
+      // Rank 1's second backward does not reach fc2's parameters (the same
+      // values, detached: fc1's gradients stay): zeros travel for them.
+      const bool skip = step == 1 && rank == 1;
+      at::Tensor h = torch::tanh(net->fc1(x));
+      at::Tensor y = skip ? torch::nn::functional::linear(h, net->fc2->weight.detach(),
+                                                          net->fc2->bias.detach())
+                          : net->fc2(h);
+      (y.sum() * (rank + 1)).backward();
+      reducer.synchronize();
+      EXPECT_EQ(reducer.requests(), 3u * (step + 1));
+      auto ps = net->parameters(), qs = plain->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        // fc2 (2, 3) on the second step: rank 0's alone, averaged with zeros.
+        const double factor = step == 1 && i >= 2 ? 0.5 : 1.5;
+        EXPECT_EQ(ps[i].grad().scalar_type(), torch::kFloat);
+        EXPECT_TRUE(torch::allclose(ps[i].grad(), qs[i].grad() * factor)) << step << " " << i;
+      }
+      std::sort(compressed.begin(), compressed.end());
+      std::sort(decompressed.begin(), decompressed.end());
+      EXPECT_EQ(compressed, (std::vector<size_t>{0, 1, 2, 3})) << step;
+      EXPECT_EQ(decompressed, compressed) << step;
+      compressed.clear();
+      decompressed.clear();
+    }
+  });
+  spawn(1, [&](int, kolo::Engine& engine) {
+    kt::Context ctx(engine);
+    auto net = seededMlp(3);
+    auto named = kt::to_named_tensors(net->named_parameters());
+    auto message = [&](const kt::GradientReducerOptions& o) -> std::string {
+      try {
+        kt::GradientReducer reducer(named, o, ctx);
+        net->forward(torch::ones({2, 5})).sum().backward();
+        reducer.synchronize();
+      } catch (const kolo::InvalidArgument& e) {
+        return e.what();
+      }
+      return "(nothing thrown)";
+    };
+    kt::GradientReducerOptions half;
+    half.compress = [](size_t, const at::Tensor& g) { return g; };
+    EXPECT_NE(message(half).find("both compress and decompress"), std::string::npos)
+        << message(half);
+    kt::GradientReducerOptions both = half;
+    both.decompress = half.compress;
+    both.compression = kt::Compression::kFP16;
+    EXPECT_NE(message(both).find("leave it none"), std::string::npos) << message(both);
+    kt::GradientReducerOptions undefined = both;
+    undefined.compression = kt::Compression::kNone;
+    undefined.compress = [](size_t, const at::Tensor&) { return at::Tensor(); };
+    const std::string refused = message(undefined);
+    EXPECT_NE(refused.find("compress() gave an undefined tensor for parameter 'fc"),
+              std::string::npos)
+        << refused;
   });
 }
 

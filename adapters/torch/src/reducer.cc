@@ -1,4 +1,7 @@
 // GradientReducer: hooks, buckets, one request per bucket, in-place results.
+// With a compressor kolo does not implement (options.compress), each bucket
+// is one parameter or one group, and its members travel as what compress
+// made of them, one grouped request per bucket.
 //
 // Threading: the hooks run on the thread that executes backward (for CPU
 // tensors the caller's thread; for CUDA tensors possibly an autograd device
@@ -46,6 +49,9 @@ struct GradientReducer::Impl {
     bool sparse = false;
     TensorHandle sparseIndices;
     TensorHandle sparseValues;
+    // options.compress: what travels (reduced in place) and its request.
+    at::Tensor sent;
+    Handle sentHandle;
   };
   struct Bucket {
     std::string name;
@@ -62,6 +68,7 @@ struct GradientReducer::Impl {
   GradientReducerOptions options;
   bool member = true;  // of options.process_set
   bool countOnly = false;  // Adasum: count passes, reduce nothing
+  bool transformed = false;  // options.compress: a compressor kolo does not implement
 
   mutable std::mutex mu;
   std::vector<Slot> slots;
@@ -163,6 +170,10 @@ struct GradientReducer::Impl {
       }
     }
     if (dense.empty()) return;
+    if (transformed) {
+      submitTransformedLocked(b, dense);
+      return;
+    }
     ensureFlatLocked(b);
     const bool fixedLayout = dense.size() == b.members.size();
     fillTo.clear();
@@ -220,6 +231,48 @@ struct GradientReducer::Impl {
     ++requests;
   }
 
+  // The dense members of b through options.compress, as one grouped
+  // request (one request for a bucket of one parameter), each reduced in
+  // place.
+  void submitTransformedLocked(Bucket& b, const std::vector<size_t>& dense) {
+    std::vector<TensorRef> inputs;
+    std::vector<Request> reductions;
+    const GradientScales scales = gradientScales(options.op, options.gradient_predivide_factor);
+    const bool alone = b.members.size() == 1;
+    for (size_t k = 0; k < dense.size(); ++k) {
+      Slot& s = slots[dense[k]];
+      at::Tensor grad = s.param.grad();
+      s.sparseGrad = grad.defined() && grad.is_sparse();
+      // Another rank may have a gradient for it: every rank submits one.
+      if (!grad.defined()) grad = at::zeros_like(s.param);
+      if (s.sparseGrad) grad = grad.to_dense();
+      at::Tensor sent = options.compress(dense[k], grad);
+      KOLO_CHECK_ARG(sent.defined() && !sent.is_sparse(),
+                     "GradientReducer: the compressor's compress() gave " +
+                         std::string(sent.defined() ? "a sparse" : "an undefined") +
+                         " tensor for parameter '" + s.name + "'; it must give a dense one");
+      s.sent = sent.contiguous();
+      s.writeBack = true;
+      inputs.push_back(detail::toRef(s.sent));
+      reductions.push_back(allreduceRequest(alone ? b.name : groupMemberName(b.name, k),
+                                            options.op, scales.prescale, scales.postscale,
+                                            options.process_set.id()));
+    }
+    // One event after every compress: all of them ran on the current stream.
+    void* ready = b.ready.record(slots[dense.back()].sent);
+    for (TensorRef& in : inputs) in.readyEvent = ready;
+    if (alone) {
+      slots[dense.front()].sentHandle =
+          kolo::submit(ctx->engine(), std::move(reductions.front()), std::move(inputs.front()))
+              .handle();
+    } else {
+      std::vector<TensorOp> ops =
+          kolo::submitGroup(ctx->engine(), std::move(reductions), std::move(inputs));
+      for (size_t k = 0; k < dense.size(); ++k) slots[dense[k]].sentHandle = ops[k].handle();
+    }
+    ++requests;
+  }
+
   void submitSparseLocked(Slot& s, const at::Tensor& grad) {
     s.sparse = true;
     const std::string name = options.name_prefix + s.name;
@@ -230,9 +283,10 @@ struct GradientReducer::Impl {
     requests += 2;
   }
 
-  // Slot s's result into its parameter's gradient, where it is not there.
-  void writeBackLocked(Slot& s) {
+  // Slot i's result into its parameter's gradient, where it is not there.
+  void writeBackLocked(size_t i) {
     at::NoGradGuard noGrad;
+    Slot& s = slots[i];
     if (s.sparse) {
       // As Horovod: every rank's entries, uncoalesced; Average divides them.
       at::Tensor values = s.sparseValues.wait();
@@ -245,6 +299,7 @@ struct GradientReducer::Impl {
       return;
     }
     if (!s.writeBack) return;
+    if (s.sent.defined()) s.region = options.decompress(i, s.sent);
     at::Tensor grad = s.param.grad();
     if (s.sparseGrad) {
       s.param.mutable_grad() = s.region.to(s.param.scalar_type()).to_sparse();
@@ -264,6 +319,8 @@ struct GradientReducer::Impl {
       s.sparse = false;
       s.sparseIndices = TensorHandle();
       s.sparseValues = TensorHandle();
+      s.sent = at::Tensor();
+      s.sentHandle = Handle();
     }
     for (Bucket& b : buckets) b.handle = Handle();
     inFlight = 0;
@@ -278,6 +335,7 @@ struct GradientReducer::Impl {
       if (steps.submitted(k) && b.handle.valid()) out.emplace_back(b.handle, b.device);
     }
     for (const Slot& s : slots) {
+      if (s.sentHandle.valid()) out.emplace_back(s.sentHandle, s.sent.device());
       if (!s.sparse) continue;
       out.emplace_back(s.sparseIndices.handle(), s.param.device());
       out.emplace_back(s.sparseValues.handle(), s.param.device());
@@ -320,6 +378,11 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
   st.ctx = &ctx;
   st.options = std::move(options);
   st.countOnly = st.options.op == ReduceOp::kAdasum;
+  KOLO_CHECK_ARG(!st.options.compress == !st.options.decompress,
+                 "GradientReducer: give both compress and decompress, or neither");
+  st.transformed = st.options.compress != nullptr;
+  KOLO_CHECK_ARG(!st.transformed || st.options.compression == kolo::Compression::kNone,
+                 "GradientReducer: compress and decompress replace compression; leave it none");
   const ProcessSetInfo setInfo = ctx.process_set_info(st.options.process_set);
   st.member = setInfo.included();
 
@@ -342,7 +405,9 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
   }
   BucketPlan plan;
   plan.groups = st.options.groups;
-  plan.bucketBytes = st.options.bucket_bytes;
+  // A compressor's wire tensors are known only once it ran: one parameter
+  // (or one group) per bucket.
+  plan.bucketBytes = st.transformed ? 0 : st.options.bucket_bytes;
   plan.namePrefix = st.options.name_prefix;
   plan.compression = st.options.compression;
   const std::vector<GradientBucket> planned = planBuckets(gradients, plan, "GradientReducer");
@@ -421,7 +486,7 @@ void GradientReducer::synchronize() {
   std::lock_guard<std::mutex> lock(st.mu);
   if (!error) {
     try {
-      for (auto& s : st.slots) st.writeBackLocked(s);
+      for (size_t i = 0; i < st.slots.size(); ++i) st.writeBackLocked(i);
     } catch (...) {
       error = std::current_exception();
     }

@@ -4,9 +4,9 @@ The gradients go through kolo's C++ GradientReducer (_kolo_torch.GradientReducer
 adapters/torch/src/reducer.cc), the one the C++ DistributedOptimizer uses:
 hooks registered in C++ on the gradient accumulators, buckets of gradients
 submitted as one request each, reduced in place (p.grad becomes a view of its
-bucket). A custom Compressor (not Compression.none/fp16/bf16) falls back to
-hooks and per-gradient allreduces in Python, below, since its compress() is
-Python code.
+bucket). A custom Compressor (not Compression.none/fp16/bf16) is called by
+that reducer too: each parameter (or group) then travels as what its
+compress() made of it, and comes back through its decompress().
 """
 import contextlib
 import warnings
@@ -18,7 +18,6 @@ from kolo.torch.compression import Compression
 from kolo.torch._args import _check_compression, _count, _kind, _scale, _sid
 from kolo.torch.ops import Adasum, Average, ReduceOp, Sum
 from kolo.torch.process_sets import global_process_set
-from kolo.torch.sparse import sparse_allreduce_async
 
 _GRAD_PREFIX = "grad."
 # The compressors the C++ reducer implements, by their wire dtype.
@@ -31,17 +30,10 @@ BUCKET_BYTES = 25 << 20
 class _DistributedMixin:
     """Put in front of the wrapped optimizer's class (see DistributedOptimizer).
 
-    With a built-in compression the gradients belong to _kolo_reducer (the
-    C++ GradientReducer); the Python fallback below is used otherwise.
-    Fallback state machine per parameter p, reset by synchronize():
-      _kolo_delay[p]   backward passes still to accumulate before p's
-                       allreduce is enqueued (starts at backward_passes_per_step)
-      _kolo_inflight[p] (handle, compression ctx, tensor sent) once enqueued; the
-                       handle is a TensorHandle, or a SparseHandle for a sparse
-                       gradient reduced by allgather
-    With op=Adasum the hooks only count passes: step() reduces the update the
-    wrapped optimizer made (see _kolo_adasum_step).
-    Hooks and synchronize() run on the thread that runs backward/step.
+    The gradients belong to _kolo_reducer (the C++ GradientReducer: its
+    hooks count the backward passes, submit the buckets and keep the state
+    of the step). With op=Adasum the hooks only count passes: step() reduces
+    the update the wrapped optimizer made (see _kolo_adasum_step).
     """
 
     def _kolo_setup(self, named_parameters, compression, backward_passes_per_step, op,
@@ -102,7 +94,6 @@ class _DistributedMixin:
         self._kolo_op = op
         # Gradients are reduced among the set's ranks; outside it the
         # optimizer steps on local gradients (as Horovod's does).
-        self._kolo_process_set = process_set
         self._kolo_set = set_id
         set_ranks = _kolo.process_set_ranks(self._kolo_set)
         self._kolo_member = _kolo.rank() in set_ranks
@@ -114,34 +105,24 @@ class _DistributedMixin:
         else:
             self._kolo_scales = (1.0, 1.0)
         self._kolo_sparse_as_dense = sparse_as_dense
-        self._kolo_delay = {p: backward_passes_per_step for p in self._kolo_params}
-        self._kolo_inflight = {}
         self._kolo_should_sync = True
         self._kolo_synchronized = False
         self._kolo_setup_groups(groups)
-        self._kolo_grad_accs = []
-        self._kolo_reducer = None
+        index = {p: i for i, p in enumerate(self._kolo_params)}
+        # On one rank Adasum is the identity: a Sum of one contribution.
+        rop = Sum if op == Adasum and not self._kolo_delta else op
         wire = _WIRE.get(compression)
-        if wire is not None:
-            index = {p: i for i, p in enumerate(self._kolo_params)}
-            # On one rank Adasum is the identity: a Sum of one contribution.
-            rop = Sum if op == Adasum and not self._kolo_delta else op
-            self._kolo_reducer = _kolo_torch.GradientReducer(
-                      [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
-                      wire, gradient_predivide_factor,
-                      [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX,
-                      sparse_as_dense, self._kolo_set, BUCKET_BYTES)
-            return
-        for p in (self._kolo_params if self._kolo_member else []):
-            # The AccumulateGrad node of p: its post-hook runs once p.grad
-            # holds this backward's contribution.
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._kolo_make_hook(p))
-            self._kolo_grad_accs.append(acc)  # the node must stay alive
+        compress, decompress = (None, None) if wire is not None else _through(compression)
+        self._kolo_reducer = _kolo_torch.GradientReducer(
+            [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
+            wire or "none", gradient_predivide_factor,
+            [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX, sparse_as_dense,
+            self._kolo_set, BUCKET_BYTES, compress, decompress)
 
     def _kolo_setup_groups(self, groups):
-        """groups: None, a number of groups, or lists of parameters."""
-        self._kolo_group_of = {}
+        """groups: None, a number of groups, or lists of parameters; sets
+        _kolo_groups, one {"params": [...]} per unit the reducer reduces
+        whole."""
         self._kolo_groups = []
         if groups is None or (isinstance(groups, int) and not isinstance(groups, bool)
                               and groups == 0):
@@ -169,83 +150,14 @@ class _DistributedMixin:
                 group = [p for p in group if p in wanted]
                 if group:
                     members.append(group)
-        for gid, group in enumerate(members):
+        grouped = set()
+        for group in members:
             # A group of one is reduced on its own, as Horovod's are, not
             # bucketed with the ungrouped parameters.
-            for p in group:
-                if p in self._kolo_group_of:
-                    raise ValueError("a parameter appears in more than one group")
-                self._kolo_group_of[p] = len(self._kolo_groups)
-            self._kolo_groups.append({"params": group, "ready": set(), "submitted": False,
-                                      "name": "%sgroup.%d" % (_GRAD_PREFIX, gid)})
-
-    def _kolo_make_hook(self, p):
-        def hook(*_):
-            if self._kolo_delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before "
-                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                    "locally.")
-            self._kolo_delay[p] -= 1
-            if self._kolo_delay[p] == 0 and not self._kolo_delta:
-                self._kolo_ready(p)
-        return hook
-
-    def _kolo_ready(self, p):
-        gid = self._kolo_group_of.get(p)
-        if gid is None:
-            self._kolo_submit([p], None)
-            return
-        group = self._kolo_groups[gid]
-        group["ready"].add(p)
-        if len(group["ready"]) == len(group["params"]):
-            self._kolo_submit(group["params"], group)
-
-    def _kolo_grad(self, p):
-        """p's gradient as it travels: dense (sparse_as_dense densifies), or
-        sparse for the allgather path."""
-        if p.grad is None:
-            # Another rank may have a gradient for p: every rank submits it.
-            # (A parameter whose gradients are sparse on other ranks cannot be
-            # told apart here; as in Horovod, it must get a gradient on every
-            # rank.)
-            p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-        if p.grad.is_sparse and self._kolo_sparse_as_dense:
-            return p.grad.to_dense()
-        return p.grad
-
-    def _kolo_submit(self, params, group):
-        pre, post = self._kolo_scales
-        grads = [self._kolo_grad(p) for p in params]
-        if any(g.is_sparse for g in grads):
-            # Sparse gradients go through allgather, one parameter at a time
-            # (also inside a group).
-            dense = []
-            for p, g in zip(params, grads):
-                if g.is_sparse:
-                    op = Sum if self._kolo_op == Adasum else self._kolo_op  # one rank: identity
-                    handle = sparse_allreduce_async(g, name=self._kolo_names[p], op=op,
-                                                    process_set=self._kolo_process_set)
-                    self._kolo_inflight[p] = (handle, None, g)
-                else:
-                    dense.append(p)
-            for p in dense:
-                self._kolo_submit([p], None)
-            if group is not None:
-                group["submitted"] = True
-            return
-        pairs = [self._kolo_compression.compress(g) for g in grads]
-        if group is None:
-            (p,), (sent, cctx) = params, pairs[0]
-            handle = _kolo_torch.allreduce_async(sent, self._kolo_op, self._kolo_names[p], pre,
-                                                 post, True, self._kolo_set)
-            self._kolo_inflight[p] = (handle, cctx, sent)
-        else:
-            handles = _kolo_torch.grouped_allreduce_async([s for s, _ in pairs], self._kolo_op,
-                                                          group["name"], pre, post, self._kolo_set)
-            for p, h, (sent, cctx) in zip(params, handles, pairs):
-                self._kolo_inflight[p] = (h, cctx, sent)
-            group["submitted"] = True
+            if any(p in grouped for p in group):
+                raise ValueError("a parameter appears in more than one group")
+            grouped.update(group)
+        self._kolo_groups = [{"params": group} for group in members]
 
     def synchronize(self):
         """Enqueues the gradients not enqueued yet (zeros for parameters that
@@ -254,68 +166,14 @@ class _DistributedMixin:
         op=Adasum it does nothing: step() reduces the update."""
         if self._kolo_delta:
             return
-        if not self._kolo_member:
-            self._kolo_synchronized = True
-            return
-        if self._kolo_reducer is not None:
-            self._kolo_reducer.synchronize()
-            self._kolo_synchronized = True
-            return
-        for p in self._kolo_params:
-            if p in self._kolo_inflight:
-                continue
-            gid = self._kolo_group_of.get(p)
-            if gid is None:
-                self._kolo_submit([p], None)
-            elif not self._kolo_groups[gid]["submitted"]:
-                self._kolo_submit(self._kolo_groups[gid]["params"], self._kolo_groups[gid])
-        error = None
-        for p, (handle, cctx, sent) in self._kolo_inflight.items():
-            try:
-                out = handle.wait()
-            except Exception as e:  # wait for the rest: the engine writes into them
-                error = error or e
-                continue
-            if out is p.grad:
-                continue
-            with torch.no_grad():
-                if out.is_sparse:
-                    # As Horovod: the gathered entries replace the local ones.
-                    p.grad.zero_().add_(out)
-                elif p.grad.is_sparse:
-                    # sparse_as_dense: back to a sparse gradient for the update.
-                    p.grad.zero_().add_(self._kolo_compression.decompress(out, cctx).to_sparse())
-                else:
-                    p.grad.copy_(self._kolo_compression.decompress(out, cctx))
-        self._kolo_inflight.clear()
-        for group in self._kolo_groups:
-            group["ready"].clear()
-            group["submitted"] = False
-        for p in self._kolo_params:
-            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_reducer.synchronize()
         self._kolo_synchronized = True
-        if error is not None:
-            raise error
 
     def _kolo_abandon_step(self):
         """Forgets the gradients of an interrupted step (elastic training,
         after a peer failure): waits for the allreduces in flight, which end
         with an error once the failed engine stops, and starts clean."""
-        if self._kolo_reducer is not None:
-            self._kolo_reducer.reset_step()
-            self._kolo_synchronized = False
-            return
-        for handle, _, _ in self._kolo_inflight.values():
-            try:
-                handle.wait()
-            except Exception:  # noqa: BLE001 (expected: the step failed)
-                pass
-        self._kolo_inflight.clear()
-        for group in self._kolo_groups:
-            group["ready"].clear()
-            group["submitted"] = False
-        for p in self._kolo_params:
-            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_reducer.reset_step()
         self._kolo_synchronized = False
 
     @contextlib.contextmanager
@@ -343,17 +201,8 @@ class _DistributedMixin:
         optimizer's; this passes it the names and the compressor's compress
         and decompress (none for Compression.none). A failed reduction
         leaves every parameter as it was before the step."""
-        compression = self._kolo_compression
-        compress = decompress = None
-        if compression is not Compression.none:
-            contexts = {}
-
-            def compress(i, delta):
-                sent, contexts[i] = compression.compress(delta)
-                return sent
-
-            def decompress(i, reduced):
-                return compression.decompress(reduced, contexts[i])
+        compress, decompress = (None, None) if self._kolo_compression is Compression.none \
+            else _through(self._kolo_compression)
         try:
             _kolo_torch.adasum_delta_step(
                 self._kolo_params, [self._kolo_names[p] for p in self._kolo_params],
@@ -412,10 +261,7 @@ class _DistributedMixin:
         passes = _count(passes, "DistributedOptimizer.set_backward_passes_per_step",
                         "backward_passes_per_step")
         self._kolo_passes = passes
-        if self._kolo_reducer is not None:
-            self._kolo_reducer.set_backward_passes_per_step(passes)
-        for p in self._kolo_params:
-            self._kolo_delay[p] = passes
+        self._kolo_reducer.set_backward_passes_per_step(passes)
 
     @property
     def op(self):
@@ -433,35 +279,20 @@ class _DistributedMixin:
     def load_state_dict(self, *args, **kwargs):
         """The wrapped optimizer's load_state_dict; like Horovod's, it also
         forgets the gradients accumulated for a step not taken yet."""
-        if self._kolo_reducer is not None:
-            self._kolo_reducer.reset_step()
-        for p in self._kolo_params:
-            self._kolo_delay[p] = self._kolo_passes
-        self._kolo_inflight.clear()
-        for group in self._kolo_groups:
-            group["ready"].clear()
-            group["submitted"] = False
+        self._kolo_reducer.reset_step()
         self._kolo_synchronized = False
         self._kolo_should_sync = True
         return super().load_state_dict(*args, **kwargs)
 
     def _kolo_restart_passes(self):
-        if self._kolo_reducer is not None:
-            self._kolo_reducer.clear_passes()
-        for p in self._kolo_params:
-            self._kolo_delay[p] = self._kolo_passes
+        self._kolo_reducer.clear_passes()
 
     def _kolo_submitted(self):
         """Gradients whose reduction was enqueued since the last synchronize()."""
-        if self._kolo_reducer is not None:
-            return self._kolo_reducer.submitted()
-        return len(self._kolo_inflight)
+        return self._kolo_reducer.submitted()
 
     def _kolo_pending(self):
-        if self._kolo_reducer is not None:
-            return self._kolo_reducer.pending()
-        return bool(self._kolo_inflight) or any(
-            d != self._kolo_passes for d in self._kolo_delay.values())
+        return self._kolo_reducer.pending()
 
     def zero_grad(self, *args, **kwargs):
         if self._kolo_pending():
@@ -470,6 +301,22 @@ class _DistributedMixin:
                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                 "cause a race condition.")
         return super().zero_grad(*args, **kwargs)
+
+
+def _through(compression):
+    """compress(i, tensor) and decompress(i, reduced) for the C++ reducer
+    and Adasum step (i: the parameter's index): a Horovod Compressor's
+    compress(tensor) -> (sent, ctx) and decompress(reduced, ctx), each
+    parameter's ctx kept between the two."""
+    contexts = {}
+
+    def compress(i, tensor):
+        sent, contexts[i] = compression.compress(tensor)
+        return sent
+
+    def decompress(i, reduced):
+        return compression.decompress(reduced, contexts.pop(i))
+    return compress, decompress
 
 
 def _adasum_hooks(base):

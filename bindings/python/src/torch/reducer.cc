@@ -3,11 +3,14 @@
 // hooks, buckets and waits run in C++; the Python optimizer keeps Horovod's
 // API on top (kolo/torch/optimizer.py).
 //
-// GIL: synchronize, reset_step, adasum_delta_step and the destructor wait on
-// the engine and run without it. The hooks run inside backward, which
-// PyTorch runs without the GIL; only an error in a hook takes it, to raise
-// Horovod's AssertionError. adasum_delta_step takes it to call back into
-// Python (the local step, a compressor).
+// GIL: every method of the reducer runs without it (the hooks hold the
+// reducer's lock while they call a compressor, which takes the GIL: no
+// thread may hold the GIL while it waits for that lock), and so do
+// adasum_delta_step and the destructor, which wait on the engine. The hooks
+// run inside backward, which PyTorch runs without the GIL; they take it to
+// call a Python compressor and, on an error, to raise Horovod's
+// AssertionError. adasum_delta_step takes it to call back into Python (the
+// local step, a compressor).
 #include <torch/csrc/Exceptions.h>
 
 #include <memory>
@@ -44,6 +47,21 @@ struct ReleasingDelete {
   throw error;
 }
 
+// compress or decompress as a TensorTransform that takes the GIL to call f
+// (None: no transform). The transform owns f, and drops it with the GIL:
+// the reducer that holds it is destroyed without it.
+kt::TensorTransform owningTransform(const py::object& f) {
+  if (f.is_none()) return nullptr;
+  std::shared_ptr<py::object> held(new py::object(f), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [held](size_t index, const at::Tensor& tensor) {
+    py::gil_scoped_acquire gil;
+    return (*held)(index, tensor).cast<at::Tensor>();
+  };
+}
+
 }  // namespace
 
 void bindReducer(py::module_& m) {
@@ -55,7 +73,8 @@ void bindReducer(py::module_& m) {
                        int backward_passes_per_step, ReduceOp op, const std::string& compression,
                        double gradient_predivide_factor,
                        std::vector<std::vector<size_t>> groups, const std::string& name_prefix,
-                       bool sparse_as_dense, int process_set, int64_t bucket_bytes) {
+                       bool sparse_as_dense, int process_set, int64_t bucket_bytes,
+                       const py::object& compress, const py::object& decompress) {
              kt::GradientReducerOptions o;
              o.backward_passes_per_step = backward_passes_per_step;
              o.op = op;
@@ -74,7 +93,12 @@ void bindReducer(py::module_& m) {
              o.sparse_as_dense = sparse_as_dense;
              o.process_set = kt::ProcessSet(process_set);
              o.bucket_bytes = bucket_bytes;
+             o.compress = owningTransform(compress);
+             o.decompress = owningTransform(decompress);
              o.hook_error = raiseAssertion;
+             // Without the GIL, as every method: a failed check drops the
+             // transforms, which take it.
+             py::gil_scoped_release release;
              return std::unique_ptr<kt::GradientReducer, ReleasingDelete>(
                  new kt::GradientReducer(std::move(params), std::move(o),
                                          kt::default_context()));
@@ -82,22 +106,23 @@ void bindReducer(py::module_& m) {
            py::arg("params"), py::arg("backward_passes_per_step"), py::arg("op"),
            py::arg("compression"), py::arg("gradient_predivide_factor"), py::arg("groups"),
            py::arg("name_prefix"), py::arg("sparse_as_dense"), py::arg("process_set"),
-           py::arg("bucket_bytes"))
+           py::arg("bucket_bytes"), py::arg("compress") = py::none(),
+           py::arg("decompress") = py::none())
       .def("synchronize", &kt::GradientReducer::synchronize, Release(),
            "Submits what the hooks did not, waits, writes results into p.grad.")
       .def("reset_step", &kt::GradientReducer::reset_step, Release(),
            "Waits for reductions in flight (ignoring errors) and forgets the step.")
-      .def("clear_passes", &kt::GradientReducer::clear_passes,
+      .def("clear_passes", &kt::GradientReducer::clear_passes, Release(),
            "Forgets counted backward passes (nothing may be in flight).")
-      .def("pending", &kt::GradientReducer::pending,
+      .def("pending", &kt::GradientReducer::pending, Release(),
            "Backward passes were counted or reductions are in flight.")
-      .def("submitted", &kt::GradientReducer::submitted,
+      .def("submitted", &kt::GradientReducer::submitted, Release(),
            "Gradients submitted since the last synchronize().")
       .def("set_backward_passes_per_step", &kt::GradientReducer::set_backward_passes_per_step,
-           py::arg("passes"))
-      .def("buckets", &kt::GradientReducer::buckets,
+           Release(), py::arg("passes"))
+      .def("buckets", &kt::GradientReducer::buckets, Release(),
            "Member parameter names of each bucket, in submission order.")
-      .def("requests", &kt::GradientReducer::requests,
+      .def("requests", &kt::GradientReducer::requests, Release(),
            "Engine requests (buckets, sparse allgathers) enqueued so far.");
 
   m.def(

@@ -169,9 +169,14 @@ class DistributedOptimizer {
   std::shared_ptr<State> state_;
 };
 
+/// One tensor in, another out: index is the parameter's position in the
+/// parameters given (a compressor's compress or decompress, as
+/// adasum_delta_step and GradientReducerOptions take them).
+using TensorTransform = std::function<at::Tensor(size_t index, const at::Tensor& tensor)>;
+
 /// One tensor of adasum_delta_step in, another out: index is the
 /// parameter's position in params. An empty function passes the tensor on.
-using DeltaTransform = std::function<at::Tensor(size_t index, const at::Tensor& tensor)>;
+using DeltaTransform = TensorTransform;
 
 /// Horovod's Adasum delta step, the one DistributedOptimizer takes with op
 /// Adasum (kolo.torch's Python optimizer takes this one too):

@@ -44,6 +44,17 @@ struct GradientReducerOptions {
   /// backward produces gradients) up to this many bytes on the wire; a
   /// larger parameter gets a bucket of its own. 0: one bucket per parameter.
   int64_t bucket_bytes = int64_t{25} << 20;
+  /// A compressor kolo does not implement (a Horovod Compressor written in
+  /// Python; TensorTransform is in kolo/torch/optimizer.h): both set, with
+  /// compression kNone. compress(i, grad) gives the tensor that travels for
+  /// parameter i (any dtype and shape; reduced in place), decompress(i,
+  /// reduced) the gradient made from its reduction.
+  /// Called on the threads that run the hooks and synchronize(), never
+  /// twice at once. As Horovod does, each parameter is then reduced on its
+  /// own and each group as one grouped allreduce (bucket_bytes is not
+  /// used): what travels is known only once compress ran.
+  TensorTransform compress;
+  TensorTransform decompress;  ///< See compress.
   /// Called (instead of throwing InvalidArgument) when a gradient hook finds
   /// an error, with the message; must throw. Lets the Python binding raise
   /// Horovod's AssertionError from inside backward.
@@ -67,9 +78,10 @@ struct GradientReducerOptions {
 ///
 /// synchronize() submits the buckets the hooks did not, waits, and writes
 /// back only what is not in place (compressed, non-contiguous or sparse
-/// gradients). For CUDA tensors the host waits only until the work is
-/// enqueued; the caller's current stream waits on the done event, once per
-/// distinct event (responses on one comm stream complete in order).
+/// gradients; with options.compress, each result through decompress). For
+/// CUDA tensors the host waits only until the work is enqueued; the
+/// caller's current stream waits on the done event, once per distinct
+/// event (responses on one comm stream complete in order).
 ///
 /// Threading: hooks run on the thread that runs backward; the other
 /// methods on the user's thread. Not copyable; the Context must outlive it.
