@@ -116,8 +116,8 @@ class _DistributedMixin:
         self._kolo_reducer = _kolo_torch.GradientReducer(
             [(names[id(p)], p) for p in self._kolo_params], backward_passes_per_step, rop,
             wire or "none", gradient_predivide_factor,
-            [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX, sparse_as_dense,
-            self._kolo_set, BUCKET_BYTES, compress, decompress)
+            [[index[p] for p in g["params"]] for g in self._kolo_groups], _GRAD_PREFIX,
+            sparse_as_dense, self._kolo_set, BUCKET_BYTES, compress, decompress)
 
     def _kolo_setup_groups(self, groups):
         """groups: None, a number of groups, or lists of parameters; sets
