@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compat.h"
@@ -48,6 +49,20 @@ std::shared_ptr<Mlp> seededMlp(uint64_t seed) {
   std::lock_guard<std::mutex> seeded(generatorLock());
   torch::manual_seed(seed);
   return std::make_shared<Mlp>();
+}
+
+// A seeded Mlp and a second one with the same weights (both drawn under
+// the lock: another rank's seeding must not fall between).
+std::pair<std::shared_ptr<Mlp>, std::shared_ptr<Mlp>> seededTwins(uint64_t seed) {
+  std::lock_guard<std::mutex> seeded(generatorLock());
+  torch::manual_seed(seed);
+  auto net = std::make_shared<Mlp>();
+  auto twin = std::make_shared<Mlp>();
+  torch::NoGradGuard noGrad;
+  auto src = net->parameters();
+  auto dst = twin->parameters();
+  for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  return {net, twin};
 }
 
 at::Tensor input(int rank, int step) {
@@ -145,17 +160,7 @@ TEST_F(TorchReducer, OneRequestPerBucketInPlace) {
 TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
   spawn(2, [&](int rank, kolo::Engine& engine) {
     kt::Context ctx(engine);
-    std::unique_lock<std::mutex> seeded(generatorLock());
-    torch::manual_seed(5);
-    auto net = std::make_shared<Mlp>();  // fc1: 35 + 7 floats, fc2: 21 + 3
-    auto plain = std::make_shared<Mlp>();
-    seeded.unlock();
-    {
-      torch::NoGradGuard noGrad;
-      auto src = net->parameters();
-      auto dst = plain->parameters();
-      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
+    auto [net, plain] = seededTwins(5);  // fc1: 35 + 7 floats, fc2: 21 + 3
     const at::Tensor x = torch::ones({2, 5});
     // This rank's loss is (rank + 1) times the same function: the average
     // gradient is (ranks + 1) / 2 times plain's.
@@ -201,17 +206,7 @@ TEST_F(TorchReducer, BucketLayoutGroupsAndCompression) {
 TEST_F(TorchReducer, ACompressorKoloDoesNotKnowCarriesEachParameterAndGroup) {
   spawn(2, [&](int rank, kolo::Engine& engine) {
     kt::Context ctx(engine);
-    std::unique_lock<std::mutex> seeded(generatorLock());
-    torch::manual_seed(5);
-    auto net = std::make_shared<Mlp>();
-    auto plain = std::make_shared<Mlp>();
-    seeded.unlock();
-    {
-      torch::NoGradGuard noGrad;
-      auto src = net->parameters();
-      auto dst = plain->parameters();
-      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
+    auto [net, plain] = seededTwins(5);
     const at::Tensor x = torch::ones({2, 5});
     plain->forward(x).sum().backward();
     std::vector<size_t> compressed, decompressed;
